@@ -1,0 +1,87 @@
+# OoO-Spec artifact. Two commands matter: `make reproduce` (every stage, then the book) and
+# `make test` (unit tests + a smoke run of every notebook on tiny parameters + the book build).
+# Every stage is resumable: notebooks call ooospec stages keyed by their config, which skip
+# finished work, and an executed notebook is only rebuilt when its source is newer.
+
+SHELL := /bin/bash
+.DELETE_ON_ERROR:
+.ONESHELL:
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PROFILE ?= cpu
+CHAPTERS := book/chapters
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
+EXECUTED := $(patsubst notebooks/%,$(CHAPTERS)/%,$(NOTEBOOKS))
+# the setup stamp changes whenever a requirement or the package metadata does
+SETUP_HASH := $(shell cat requirements.txt requirements-models.txt pyproject.toml | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.setup-$(SETUP_HASH)
+
+export PYTHONUNBUFFERED := 1
+export OOOSPEC_PROFILE := $(PROFILE)
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup data models reproduce notebooks book test unit smoke clean distclean browser help
+
+help:
+	@echo "make reproduce   run every stage (papermill) and build the book (PROFILE=$(PROFILE))"
+	@echo "make test        unit tests, smoke run of every notebook, book build, page check"
+	@echo "make setup | data | models | book | clean | distclean"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements-models.txt pyproject.toml
+	set -e
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first, pinned: an unpinned torch pulls a multi-GB CUDA build
+	$(BIN)/python -m pip install -q $$(grep -E '^torch==' requirements.txt)
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -r requirements-models.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	rm -f $(VENV)/.setup-*
+	touch $@
+
+# headless Chromium for the page check of the built book (Debian package)
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+data: setup
+	$(BIN)/python -m ooospec.data.build
+
+models: setup
+	$(BIN)/python -m ooospec.models.loading --profile $(PROFILE)
+
+$(CHAPTERS)/%.ipynb: notebooks/%.ipynb $(STAMP)
+	set -e
+	mkdir -p $(CHAPTERS)
+	$(BIN)/papermill -k python3 --cwd notebooks $< $@.tmp -p profile $(PROFILE)
+	mv $@.tmp $@
+
+notebooks: $(EXECUTED)
+
+reproduce: setup $(EXECUTED)
+	$(MAKE) book
+	@echo "book: file://$(CURDIR)/book/_build/html/index.html"
+
+book: setup
+	$(BIN)/jupyter-book build --warningiserror --keep-going book/
+
+unit: setup
+	$(BIN)/python -m pytest -q -m "not book" tests
+
+smoke: setup browser
+	$(BIN)/python -m pytest -q -m book tests
+
+test: setup browser
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf book/_build $(CHAPTERS) artifacts/results artifacts/smoke
+
+distclean: clean
+	find artifacts -mindepth 1 -maxdepth 1 ! -name committed ! -name README.md -exec rm -rf {} +
+	rm -rf $(VENV)

@@ -1,0 +1,9 @@
+"""OoO-Spec reference artifact.
+
+Every notebook is a thin caller of this package: data loaders (`ooospec.data`), model profiles
+and surface formats (`ooospec.models`), teacher traces, slot rows and sidecar training
+(`ooospec.teacher`, `ooospec.slots`, `ooospec.train`), the decoding engine
+(`ooospec.decoding`), the benchmark (`ooospec.bench`) and figures (`ooospec.plots`).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,99 @@
+"""The two records every stage speaks: `Request` (one tool-call prompt) and `Call`.
+
+Three benchmarks and six training sources have three call syntaxes and three schema dialects;
+everything downstream (teacher, slot rows, decoding, bench) sees only these records, so the
+upstream pitfalls are handled once, in the loaders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ooospec.stage import canonical_json, read_jsonl
+
+
+@dataclass
+class Call:
+    """A semantic call: function name and argument map (JSON values)."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments}
+
+    def compact(self) -> str:
+        """Compact JSON in emission order (the sidecar's payload form)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Call":
+        return cls(name=data["name"], arguments=dict(data.get("arguments") or {}))
+
+
+def prompt_hash(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """sha256 of the canonical JSON of messages + tools: the split and dedup key."""
+    return hashlib.sha256(canonical_json({"messages": messages, "tools": tools}).encode()).hexdigest()
+
+
+@dataclass
+class Request:
+    """One tool-call request.
+
+    ``tools`` are OpenAI-style function specs ``{"name", "description", "parameters"}`` whose
+    ``parameters`` is a JSON Schema object. ``gold`` is the list of gold calls (``None`` when the
+    right answer is no call, e.g. BFCL irrelevance). ``meta`` keeps source-specific extras such as
+    BFCL's acceptable-value sets or the raw upstream call string.
+    """
+
+    id: str
+    benchmark: str
+    split: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    gold: list[Call] | None
+    prompt_hash: str = ""
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.prompt_hash:
+            self.prompt_hash = prompt_hash(self.messages, self.tools)
+        if self.gold is not None:
+            self.gold = [g if isinstance(g, Call) else Call.from_dict(g) for g in self.gold]
+
+    def tool(self, name: str) -> dict[str, Any] | None:
+        return next((t for t in self.tools if t["name"] == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["gold"] = None if self.gold is None else [g.to_dict() for g in self.gold]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Request":
+        return cls(**data)
+
+
+def write_requests(path: Path, requests: Iterable[Request]) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for request in requests:
+            handle.write(json.dumps(request.to_dict(), ensure_ascii=False) + "\n")
+            count += 1
+    tmp.replace(path)  # atomic: a reader never sees half a file
+    return count
+
+
+def read_requests(path: Path) -> Iterator[Request]:
+    for lineno, record in enumerate(read_jsonl(path), 1):
+        try:
+            yield Request.from_dict(record)
+        except TypeError as err:
+            raise ValueError(f"{path}: record {lineno}: not a Request ({err})") from err

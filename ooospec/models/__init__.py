@@ -1,0 +1,1 @@
+"""Model profiles, loading (hub id, local dir, GGUF shipped in a PyPI package), surface formats."""

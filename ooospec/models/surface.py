@@ -1,0 +1,40 @@
+"""Tool-call surface formats: how a call appears in a target's output text.
+
+A surface format owns both directions for one target family: `render` writes a call exactly as
+that target emits it (the *frozen rendering*, so a hint or a retrieved call lines up with the
+target's own tokens), and `parse` reads calls back out of free text. Everything that needs to
+know the surface (the schema FSM, the hint bank, the teacher parser) goes through this class, so
+a new target family is one new subclass.
+
+The schema FSM does not hard-code scaffold strings: it asks `render` for calls whose values are
+sentinels and splits the text around them (see `scaffold_pieces`), so scaffold text is always
+exactly what `render` would produce.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from ooospec.data.request import Call
+
+
+class SurfaceFormat(ABC):
+    """Render/parse one target family's tool-call text."""
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def render(self, calls: list[Call]) -> str:
+        """The exact assistant text the target emits for these calls (no EOS token)."""
+
+    @abstractmethod
+    def parse(self, text: str) -> list[Call]:
+        """Every call found in ``text``; tolerant of surrounding prose; [] when none parse."""
+
+    def render_one(self, call: Call) -> str:
+        return self.render([call])
+
+    def describe(self) -> dict[str, Any]:
+        """The frozen rendering's parameters, stored next to results for provenance."""
+        return {"name": self.name}

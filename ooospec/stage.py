@@ -1,0 +1,102 @@
+"""Resumable, config-keyed pipeline stages.
+
+Each stage writes into ``artifacts/<stage>/<key>/`` where ``key`` is a short hash of the stage's
+config, and marks completion with a ``DONE.json`` file written last. A rerun with the same config
+finds the marker and skips the work; a different config gets its own directory, so a smoke run
+with tiny parameters never clobbers a full run. Long stages that produce records one by one
+append to a JSONL file and skip the ids already there, so an interrupted stage resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ooospec.paths import artifacts_dir
+
+
+def canonical_json(obj: Any) -> str:
+    """Compact JSON with sorted keys: the form that is hashed."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def config_key(config: dict[str, Any], length: int = 12) -> str:
+    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:length]
+
+
+@dataclass
+class Stage:
+    """One keyed output directory of one pipeline stage."""
+
+    name: str
+    config: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return config_key(self.config)
+
+    @property
+    def dir(self) -> Path:
+        path = artifacts_dir() / self.name / self.key
+        path.mkdir(parents=True, exist_ok=True)
+        config_file = path / "config.json"
+        if not config_file.exists():
+            config_file.write_text(json.dumps(self.config, indent=2, sort_keys=True, default=str))
+        return path
+
+    def path(self, filename: str) -> Path:
+        return self.dir / filename
+
+    @property
+    def done(self) -> bool:
+        return (self.dir / "DONE.json").exists()
+
+    def mark_done(self, **summary: Any) -> None:
+        summary = {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **summary}
+        (self.dir / "DONE.json").write_text(json.dumps(summary, indent=2, default=str))
+
+    def summary(self) -> dict[str, Any]:
+        return json.loads((self.dir / "DONE.json").read_text())
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Read a JSONL file, naming the file and line of a malformed record."""
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                # a torn last line is what an interrupted append leaves behind
+                raise ValueError(f"{path}:{lineno}: malformed JSON record ({err.msg})") from err
+
+
+def append_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.flush()
+
+
+def done_ids(path: Path, field: str = "id") -> set[str]:
+    """Ids already written to a resumable JSONL output (a torn last line is dropped)."""
+    if not path.exists():
+        return set()
+    ids: set[str] = set()
+    good_bytes = 0
+    with open(path, "rb") as handle:
+        for raw in handle:
+            try:
+                ids.add(json.loads(raw)[field])
+                good_bytes += len(raw)
+            except (json.JSONDecodeError, KeyError):
+                break
+    if good_bytes != path.stat().st_size:  # truncate a partial line left by an interruption
+        with open(path, "r+b") as handle:
+            handle.truncate(good_bytes)
+    return ids

@@ -1,0 +1,93 @@
+"""Smoke run of every notebook on tiny parameters, the book build, and what a reader sees.
+
+The notebooks are executed by papermill into a copy of `book/` (so a smoke run never replaces the
+chapters of a full `make reproduce`), the copy is built with warnings as errors, and headless
+Chromium loads every chapter page and checks that it rendered with its figures.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.book
+
+
+@pytest.fixture(scope="module")
+def built_book(tmp_path_factory) -> Path:
+    book = tmp_path_factory.mktemp("smoke") / "book"
+    shutil.copytree(ROOT / "book", book, ignore=shutil.ignore_patterns("_build", "chapters"))
+    (book / "chapters").mkdir()
+    smoke = yaml.safe_load((ROOT / "notebooks" / "smoke.yaml").read_text())
+    for name, params in sorted(smoke.items()):
+        args = [str(BIN / "papermill"), "-k", "python3", "--cwd", str(ROOT / "notebooks"),
+                str(ROOT / "notebooks" / name), str(book / "chapters" / name), "-p", "profile", "cpu"]
+        for key, value in (params or {}).items():
+            args += ["-y", yaml.safe_dump({key: value})]
+        proc = subprocess.run(args, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{name} failed under papermill:\n{proc.stderr[-4000:]}"
+    proc = subprocess.run([str(BIN / "jupyter-book"), "build", "--warningiserror", "--keep-going", str(book)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"book build failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return book
+
+
+def _toc_files(book: Path) -> list[str]:
+    toc = yaml.safe_load((book / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part["chapters"]]
+    return files
+
+
+def _chromium_dom(url: str, profile_dir: Path) -> str:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("chromium is not installed: `make test` installs it (Debian package chromium)")
+    proc = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile_dir}", "--virtual-time-budget=3000", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_every_chapter_renders_with_its_figures(built_book: Path, tmp_path: Path):
+    html = built_book / "_build" / "html"
+    for page in _toc_files(built_book):
+        dom = _chromium_dom((html / f"{page}.html").as_uri(), tmp_path / "chromium")
+        main = dom.split('id="main-content"', 1)[-1]
+        assert re.search(r"<h1[^>]*>", main), f"{page}: no title rendered"
+        assert "Traceback" not in main, f"{page}: a traceback is shown to the reader"
+        notebook = built_book / f"{page}.ipynb"
+        if notebook.exists():
+            nb = nbformat.read(notebook, as_version=4)
+            figures = sum("image/png" in out.get("data", {}) for c in nb.cells if c.cell_type == "code"
+                          for out in c.get("outputs", []))
+            assert figures >= 1, f"{page}: a chapter should show at least one figure"
+            shown = len(re.findall(r"<img[^>]+src=", main))
+            assert shown >= figures, f"{page}: {figures} figures in the notebook, {shown} on the page"
+
+
+def test_book_has_no_broken_images(built_book: Path):
+    html = built_book / "_build" / "html"
+    for page in _toc_files(built_book):
+        text = (html / f"{page}.html").read_text()
+        for src in re.findall(r'<img[^>]+src="([^"]+)"', text):
+            if src.startswith("data:"):
+                base64.b64decode(src.split(",", 1)[1][:64] + "==", validate=False)
+                continue
+            if src.startswith("http"):
+                continue
+            assert (html / Path(page).parent / src).resolve().exists(), f"{page}: missing image {src}"
