@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from ooospec.data.request import Call
+from ooospec.data.request import Call, Request
 
 
 class SurfaceFormat(ABC):
@@ -31,6 +31,15 @@ class SurfaceFormat(ABC):
     @abstractmethod
     def parse(self, text: str) -> list[Call]:
         """Every call found in ``text``; tolerant of surrounding prose; [] when none parse."""
+
+    def for_request(self, request: Request) -> "SurfaceFormat":
+        """The rendering this target uses for ``request``.
+
+        Most formats have one rendering. A target whose observed layout depends on the prompt
+        context (Qwen2.5-Coder answers API-Bank dialogues with one-line JSON but fences its calls
+        elsewhere) returns the variant it was observed to use for this kind of request.
+        """
+        return self
 
     def render_one(self, call: Call) -> str:
         return self.render([call])

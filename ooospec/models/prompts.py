@@ -1,0 +1,64 @@
+"""How a request's dialogue and tools become a target's prompt (one function per prompt style).
+
+``chat_template_tools``: the model's own chat template with ``tools=`` (Qwen, Llama-3.1), so the
+target sees tools exactly as it was trained to. ``system_tools_json``: our own system prompt that
+lists the tools as compact JSON, for models whose template ignores ``tools=`` (SmolLM2); the tool
+LoRA is trained on this prompt, so training and decoding must both come through here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ooospec.data.request import Request
+
+TOOLS_SYSTEM_PROMPT = (
+    "You are a function-calling assistant. You can call these functions (JSON schemas):\n"
+    "{tools}\n"
+    'Reply with exactly one function call as JSON: {{"name": <function name>, "parameters": '
+    "{{<argument name>: <value>, ...}}}}."
+)
+
+
+def openai_tools(request: Request) -> list[dict[str, Any]]:
+    """Tools in the ``{"type": "function", "function": {...}}`` form chat templates expect."""
+    return [{"type": "function", "function": tool} for tool in request.tools]
+
+
+def tools_system_prompt(request: Request) -> str:
+    listing = "\n".join(json.dumps(tool, ensure_ascii=False, separators=(",", ":")) for tool in request.tools)
+    return TOOLS_SYSTEM_PROMPT.format(tools=listing)
+
+
+def _messages_with_tool_system(request: Request) -> list[dict[str, Any]]:
+    """Our tool system prompt first; an original system message is appended to it, not dropped."""
+    system = tools_system_prompt(request)
+    rest = list(request.messages)
+    if rest and rest[0].get("role") == "system":
+        system = system + "\n\n" + str(rest[0].get("content", ""))
+        rest = rest[1:]
+    return [{"role": "system", "content": system}, *rest]
+
+
+def prompt_text(tokenizer: Any, request: Request, style: str, chat_template_kwargs: dict[str, Any] | None = None) -> str:
+    """The prompt string up to and including the assistant header (generation prompt)."""
+    kwargs = dict(chat_template_kwargs or {})
+    try:
+        if style == "chat_template_tools":
+            return tokenizer.apply_chat_template(
+                request.messages, tools=openai_tools(request), add_generation_prompt=True, tokenize=False, **kwargs
+            )
+        if style == "system_tools_json":
+            return tokenizer.apply_chat_template(
+                _messages_with_tool_system(request), add_generation_prompt=True, tokenize=False, **kwargs
+            )
+    except Exception as err:  # a template error is a data problem: name the request
+        raise ValueError(f"request {request.id}: chat template failed for prompt style {style!r}: {err}") from err
+    raise ValueError(f"unknown prompt style {style!r}; known: chat_template_tools, system_tools_json")
+
+
+def prompt_ids(tokenizer: Any, request: Request, style: str, chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """Token ids of `prompt_text`; the template already holds every special token."""
+    text = prompt_text(tokenizer, request, style, chat_template_kwargs)
+    return list(tokenizer(text, add_special_tokens=False).input_ids)

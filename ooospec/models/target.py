@@ -1,0 +1,103 @@
+"""A target model as the decoding engine sees it: weights, tokenizer, surface format, prompt, EOS.
+
+Everything target-specific is bundled here so that the engine, the teacher and the bench stay
+target-agnostic: a new target family is a profile entry plus (at most) a surface format module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ooospec.data.request import Request
+from ooospec.models.formats import get_surface
+from ooospec.models.loading import load_model
+from ooospec.models.prompts import prompt_ids, prompt_text
+from ooospec.models.registry import Profile, RoleSpec, load_profile
+from ooospec.models.surface import SurfaceFormat
+
+TOOL_ADAPTER_STAGE = "make sidecar"
+
+
+class AdapterMissing(FileNotFoundError):
+    """A target whose LoRA adapter has not been trained yet."""
+
+
+@dataclass
+class TargetModel:
+    name: str
+    model: Any
+    tokenizer: Any
+    surface: SurfaceFormat
+    eos_token_ids: list[int]
+    prompt_style: str = "chat_template_tools"
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def surface_for(self, request: Request) -> SurfaceFormat:
+        """The frozen rendering this target uses for ``request`` (see `SurfaceFormat.for_request`)."""
+        return self.surface.for_request(request)
+
+    def prompt_text(self, request: Request) -> str:
+        return prompt_text(self.tokenizer, request, self.prompt_style, self.chat_template_kwargs)
+
+    def prompt_ids(self, request: Request) -> list[int]:
+        return prompt_ids(self.tokenizer, request, self.prompt_style, self.chat_template_kwargs)
+
+
+def eos_token_ids(tokenizer: Any, role: RoleSpec, profile: Profile) -> list[int]:
+    """The profile's end-of-turn tokens as ids; an unknown token is a profile error."""
+    ids: list[int] = []
+    vocab = tokenizer.get_vocab()
+    for token in role.eos_tokens:
+        if token not in vocab:
+            raise ValueError(f"{profile.path}: roles {role.name}.eos_tokens: {token!r} is not in the tokenizer's vocabulary")
+        ids.append(vocab[token])
+    return ids
+
+
+def tool_adapter_dir(profile: Profile) -> Path:
+    """The trained tool-calling LoRA of the SmolLM2 target (produced by the sidecar stage)."""
+    try:
+        from ooospec.train import tool_adapter_path
+    except ImportError as err:
+        raise AdapterMissing(
+            f"the tool-calling LoRA must be trained first ({TOOL_ADAPTER_STAGE}); "
+            f"ooospec.train.tool_adapter_path is not available ({err})"
+        ) from err
+    return Path(tool_adapter_path(profile=profile.name))
+
+
+def merge_adapter(model: Any, adapter_dir: Path) -> Any:
+    """Merge a frozen adapter into the weights, refusing one whose files fail their sha256."""
+    from ooospec.train import load_frozen_adapter
+
+    return load_frozen_adapter(model, adapter_dir, merge=True).eval()
+
+
+def load_target(name: str, profile: str | Profile = "cpu") -> TargetModel:
+    """A target of the profile, its adapter (if any) merged into the weights."""
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    prof.target(name)  # unknown target -> error listing the known ones
+    return load_role(name, prof)
+
+
+def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
+    """A target or the teacher role as a `TargetModel` (both answer requests in a surface format)."""
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    role = prof.role(name)
+    if role.surface is None:
+        raise ValueError(f"{prof.path}: role {name!r} has no surface format: it does not answer requests")
+    adapter_dir = tool_adapter_dir(prof) if role.adapter == "tool_lora" else None
+    model, tokenizer = load_model(role.model, prof)
+    if adapter_dir is not None:
+        model = merge_adapter(model, adapter_dir)
+    return TargetModel(
+        name=name,
+        model=model,
+        tokenizer=tokenizer,
+        surface=get_surface(role.surface or ""),
+        eos_token_ids=eos_token_ids(tokenizer, role, prof),
+        prompt_style=role.prompt or "chat_template_tools",
+        chat_template_kwargs=dict(role.chat_template_kwargs),
+    )

@@ -1,0 +1,53 @@
+"""Predictors that need no sidecar model: the oracle hint and deliberate faults.
+
+The *oracle* returns a known call (the teacher's, i.e. the target's own greedy call on the cpu
+profile, or the gold call) after an optional simulated wave time: the ablation's upper bound on
+what a perfect sidecar could give, and a way to sweep injected latency without a model in the
+loop. The *faulty* predictor crashes the process, hangs, or returns garbage, so the tests can show
+that none of these changes the decoded output.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from ooospec.data.request import Request
+from ooospec.sidecar.service import Prediction
+
+FAULTS = ("crash", "hang", "garbage", "unknown_function", "raise")
+
+
+class OraclePredictor:
+    """Answers each request with a fixed call looked up by request id."""
+
+    def __init__(self, calls: dict[str, dict[str, Any]], wave_s: float = 0.0):
+        self.calls, self.wave_s = calls, wave_s
+
+    def predict(self, request: Request, mode: str) -> Prediction:
+        if self.wave_s:
+            time.sleep(self.wave_s)
+        call = self.calls.get(request.id)
+        return Prediction(call=call, rows=0, detail={"oracle": call is not None})
+
+
+class FaultyPredictor:
+    """Misbehaves on purpose, after an optional delay."""
+
+    def __init__(self, fault: str, after_s: float = 0.0):
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; known: {FAULTS}")
+        self.fault, self.after_s = fault, after_s
+
+    def predict(self, request: Request, mode: str) -> Prediction:
+        time.sleep(self.after_s)
+        if self.fault == "crash":
+            os._exit(3)  # the whole sidecar process dies mid-request
+        if self.fault == "hang":
+            time.sleep(3600)
+        if self.fault == "raise":
+            raise RuntimeError("injected predictor failure")
+        if self.fault == "garbage":
+            return Prediction(call='{"name": "f", "arguments": {"x": ', detail={"fault": "garbage"})
+        return Prediction(call={"name": "no_such_function_anywhere", "arguments": {}}, detail={"fault": "unknown"})

@@ -1,0 +1,305 @@
+"""The sidecar as a service next to the decode loop, polled without blocking.
+
+The paper runs the sidecar on its own GPU; the CPU analogue is its own process with its own torch
+threads, pinned to its own core when there is one. The decode loop submits the request on arrival
+and then only ever *polls* (a zero-timeout queue read) at candidate-construction boundaries, so
+the sidecar's latency never enters the decode path. Only the compact semantic call crosses the
+process boundary, and its byte size is recorded (the paper: 85 B per request on average).
+
+Faults never change the output: a crashed, hung or garbage-returning sidecar resolves the ticket
+to a `SidecarResult` with `error` set, and the hint bank simply offers nothing.
+
+Placements (for the ablations): ``process`` (default), ``thread`` (in-process, sharing the
+target's torch threads). ``cpu_affinity`` pins the sidecar process to given cores, so "own core"
+vs "the target's core" is one parameter.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import queue
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Protocol
+
+from ooospec.data.request import Request
+
+MODES = ("wave", "sequential", "two_wave")
+
+
+@dataclass
+class Prediction:
+    """What a predictor returns for one request: the semantic call (or None) and wave timing."""
+
+    call: dict[str, Any] | str | None
+    rows: int = 0
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class Predictor(Protocol):
+    def predict(self, request: Request, mode: str) -> Prediction: ...
+
+
+@dataclass
+class PredictorSpec:
+    """A picklable recipe: the sidecar process builds its predictor from it after start-up.
+
+    ``kind`` names a factory in `PREDICTOR_FACTORIES`; ``options`` are its keyword arguments.
+    """
+
+    kind: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SidecarResult:
+    """One request's sidecar outcome, with timestamps on the shared monotonic clock."""
+
+    request_id: str
+    payload: str | None = None  # the compact semantic call as sent over the wire
+    payload_bytes: int = 0
+    submitted_at: float = 0.0
+    wave_start: float = 0.0
+    wave_end: float = 0.0
+    sent_at: float = 0.0
+    received_at: float = 0.0
+    rows: int = 0
+    error: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def wave_s(self) -> float:
+        return self.wave_end - self.wave_start
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _slot_factory(**options: Any) -> Predictor:
+    from ooospec.sidecar.predictor import load_slot_predictor
+
+    return load_slot_predictor(**options)
+
+
+def _oracle_factory(calls: dict[str, dict[str, Any]], wave_s: float = 0.0) -> Predictor:
+    from ooospec.sidecar.oracle import OraclePredictor
+
+    return OraclePredictor(calls, wave_s=wave_s)
+
+
+def _fault_factory(**options: Any) -> Predictor:
+    from ooospec.sidecar.oracle import FaultyPredictor
+
+    return FaultyPredictor(**options)
+
+
+PREDICTOR_FACTORIES: dict[str, Callable[..., Predictor]] = {
+    "slot": _slot_factory,
+    "oracle": _oracle_factory,
+    "fault": _fault_factory,
+}
+
+
+def build_predictor(spec: PredictorSpec) -> Predictor:
+    if spec.kind not in PREDICTOR_FACTORIES:
+        raise ValueError(f"unknown sidecar predictor kind {spec.kind!r}; known: {sorted(PREDICTOR_FACTORIES)}")
+    return PREDICTOR_FACTORIES[spec.kind](**spec.options)
+
+
+def _run_job(predictor: Predictor, job: dict[str, Any]) -> dict[str, Any]:
+    request = Request.from_dict(job["request"])
+    out = SidecarResult(request_id=request.id, submitted_at=job["submitted_at"])
+    out.wave_start = time.monotonic()
+    try:
+        prediction = predictor.predict(request, job["mode"])
+        out.rows = prediction.rows
+        out.detail = prediction.detail
+        if isinstance(prediction.call, str):  # a predictor may hand over raw text; the hint bank validates it
+            out.payload = prediction.call
+        elif prediction.call is not None:
+            out.payload = json.dumps(prediction.call, separators=(",", ":"), ensure_ascii=False)
+            out.payload_bytes = len(out.payload.encode("utf-8"))
+    except Exception as err:  # a predictor bug must not take the service down
+        out.error = f"predictor raised {type(err).__name__}: {err}"
+    out.wave_end = time.monotonic()
+    if job.get("delay_s"):
+        time.sleep(job["delay_s"])  # injected latency (ablation): a slower sidecar or link
+    out.sent_at = time.monotonic()
+    return out.to_dict()
+
+
+def _serve(spec: PredictorSpec, jobs: Any, results: Any, threads: int | None,
+           affinity: list[int] | None) -> None:
+    """Sidecar process main: build the predictor once, then answer jobs until told to stop."""
+    if affinity:
+        os.sched_setaffinity(0, set(affinity))
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        predictor = build_predictor(spec)
+    except Exception as err:
+        results.put({"ready": False, "error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()})
+        return
+    results.put({"ready": True, "pid": os.getpid()})
+    while True:
+        job = jobs.get()
+        # batch 1: only the newest request matters; older queued jobs are answered as superseded
+        while job is not None:
+            try:
+                newer = jobs.get_nowait()
+            except queue.Empty:
+                break
+            results.put(SidecarResult(request_id=Request.from_dict(job["request"]).id,
+                                      submitted_at=job["submitted_at"], sent_at=time.monotonic(),
+                                      error="superseded by a newer request").to_dict())
+            job = newer
+        if job is None:
+            return
+        results.put(_run_job(predictor, job))
+
+
+class SidecarService:
+    """Owns the sidecar worker and the results it has sent back."""
+
+    def __init__(self, spec: PredictorSpec, placement: str = "process", threads: int | None = 1,
+                 cpu_affinity: list[int] | None = None, delay_s: float = 0.0, timeout_s: float = 120.0,
+                 startup_timeout_s: float = 600.0):
+        if placement not in ("process", "thread"):
+            raise ValueError(f"placement must be 'process' or 'thread', not {placement!r}")
+        self.spec, self.placement, self.threads = spec, placement, threads
+        self.cpu_affinity, self.delay_s, self.timeout_s = cpu_affinity, delay_s, timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        self._results: dict[str, SidecarResult] = {}
+        self._pending: set[str] = set()
+        self._worker: Any = None
+        self.pid: int | None = None
+
+    # lifecycle -----------------------------------------------------------------------------
+    def start(self) -> "SidecarService":
+        """Start the worker and wait for its model to load (once per run, not per request)."""
+        if self.placement == "process":
+            ctx = mp.get_context("spawn")
+            self._jobs, self._out = ctx.Queue(), ctx.Queue()
+            self._worker = ctx.Process(target=_serve, daemon=True,
+                                       args=(self.spec, self._jobs, self._out, self.threads, self.cpu_affinity))
+        else:
+            self._jobs, self._out = queue.Queue(), queue.Queue()
+            self._worker = threading.Thread(target=_serve, daemon=True,
+                                            args=(self.spec, self._jobs, self._out, None, None))
+        self._worker.start()
+        hello = self._out.get(timeout=self.startup_timeout_s)
+        if not hello.get("ready"):
+            self.stop()
+            raise RuntimeError(f"sidecar failed to start: {hello.get('error')}\n{hello.get('trace', '')}")
+        self.pid = hello.get("pid")
+        return self
+
+    def stop(self) -> None:
+        if self._worker is None:
+            return
+        if self.alive:
+            self._jobs.put(None)
+            self._worker.join(timeout=10)
+        if self.placement == "process" and self._worker.is_alive():
+            self._worker.kill()
+            self._worker.join(timeout=10)
+        self._worker = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._worker is not None and self._worker.is_alive()
+
+    def __enter__(self) -> "SidecarService":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # requests ------------------------------------------------------------------------------
+    def submit(self, request: Request, mode: str = "wave") -> "SidecarTicket":
+        if mode not in MODES:
+            raise ValueError(f"sidecar mode must be one of {MODES}, not {mode!r}")
+        submitted_at = time.monotonic()
+        self._results.pop(request.id, None)
+        self._pending.add(request.id)
+        self._jobs.put({"request": request.to_dict(), "mode": mode, "submitted_at": submitted_at,
+                        "delay_s": self.delay_s})
+        return SidecarTicket(self, request.id, submitted_at)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                message = self._out.get_nowait()
+            except queue.Empty:
+                return
+            if "request_id" in message:
+                result = SidecarResult(**message)
+                result.received_at = time.monotonic()
+                self._results[result.request_id] = result
+                self._pending.discard(result.request_id)
+
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Block until every submitted job is answered (between requests, outside timing), so
+        each request finds the sidecar free, as at batch 1 on its own device."""
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        while self._pending and self.alive and time.monotonic() < deadline:
+            self._drain()
+            time.sleep(0.002)
+        self._results.clear()
+        idle = not self._pending
+        self._pending.clear()
+        return idle
+
+
+@dataclass
+class SidecarTicket:
+    """The decode loop's handle on one submitted request."""
+
+    service: SidecarService
+    request_id: str
+    submitted_at: float
+    _final: SidecarResult | None = None
+
+    def poll(self) -> SidecarResult | None:
+        """Zero-timeout check: the result, an error result (crash / hang), or None (not yet)."""
+        if self._final is not None:
+            return self._final
+        self.service._drain()
+        result = self.service._results.pop(self.request_id, None)
+        if result is None:
+            now = time.monotonic()
+            if not self.service.alive:
+                code = getattr(self.service._worker, "exitcode", None)
+                result = self._failed(f"sidecar worker died (exit code {code})", now)
+            elif now - self.submitted_at > self.service.timeout_s:
+                result = self._failed(f"sidecar timed out after {self.service.timeout_s:.1f} s", now)
+            else:
+                return None
+        self._final = result
+        return result
+
+    def wait(self, timeout_s: float | None = None) -> SidecarResult:
+        """Block until the result is in: used only by the *blocking* ablation."""
+        deadline = time.monotonic() + (self.service.timeout_s if timeout_s is None else timeout_s)
+        while True:
+            result = self.poll()
+            if result is not None:
+                return result
+            if time.monotonic() > deadline:
+                self._final = self._failed("sidecar wait timed out", time.monotonic())
+                return self._final
+            time.sleep(0.002)
+
+    def _failed(self, why: str, now: float) -> SidecarResult:
+        return SidecarResult(request_id=self.request_id, submitted_at=self.submitted_at,
+                             received_at=now, error=why)

@@ -1,0 +1,443 @@
+"""Greedy teacher traces: the first valid call of a frozen teacher on every training request.
+
+The sidecar learns from the teacher's calls, not from the datasets' gold calls (as in the paper):
+the teacher answers each request greedily, its first call that parses and names one of the
+request's functions becomes strict JSON (name + argument map only), and a request without such a
+call keeps the reason. Traces are expensive on CPU (about 10-20 s per request for the 0.5B
+teacher), so the stage is resumable (append JSONL, skip done ids) and reuses committed traces
+(``artifacts/committed/teacher/``) whose generation settings match, record by record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+from tqdm.auto import tqdm
+
+from ooospec.data.request import Request
+from ooospec.models.registry import load_profile
+from ooospec.models.surface import SurfaceFormat
+from ooospec.models.target import TargetModel, load_role
+from ooospec.paths import artifacts_dir
+from ooospec.stage import Stage, append_jsonl, canonical_json, done_ids, read_jsonl
+
+TRACES_FILE = "traces.jsonl"
+DEFAULT_LIMIT = 48  # requests per split in the 30-minute cpu budget; committed traces cover more
+DEFAULT_MAX_NEW_TOKENS = 160
+DEFAULT_BATCH_SIZE = 4  # left-padded batches: ~1.5x faster on CPU, same text on every request checked
+
+
+@dataclass
+class TeacherRecord:
+    """One request's teacher answer: raw text, first valid call (or why there is none), cost."""
+
+    id: str
+    source: str
+    benchmark: str
+    prompt_hash: str
+    raw_text: str
+    call: dict[str, Any] | None
+    reason: str | None
+    calls_parsed: int
+    prompt_tokens: int
+    new_tokens: int
+    stopped_on_eos: bool
+    seconds: float
+    origin: str = "generated"  # or "committed:<name>" when reused
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Generation:
+    text: str
+    new_tokens: int
+    stopped_on_eos: bool
+
+
+def first_valid_call(text: str, request: Request, surface: SurfaceFormat) -> tuple[dict[str, Any] | None, str | None, int]:
+    """(strict call, reason, calls parsed): valid = parses and names a function of the request."""
+    calls = surface.parse(text)
+    known = {tool["name"] for tool in request.tools}
+    for call in calls:
+        if call.name in known:
+            # round-trip through JSON: strict JSON values only, key order kept
+            return {"name": call.name, "arguments": json.loads(json.dumps(call.arguments))}, None, len(calls)
+    if calls:
+        return None, "unknown_function: " + ", ".join(sorted({c.name for c in calls}))[:200], len(calls)
+    return None, "no_call_parsed", 0
+
+
+def generate_greedy(teacher: TargetModel, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+    """Greedy answers for a batch of prompts (left padding), each cut at its first EOS token."""
+    tokenizer = teacher.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else teacher.eos_token_ids[0]
+    width = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    with torch.no_grad():
+        out = teacher.model.generate(
+            input_ids, attention_mask=attention, do_sample=False, max_new_tokens=max_new_tokens,
+            eos_token_id=teacher.eos_token_ids, pad_token_id=pad,
+        )
+    generations = []
+    for row in out[:, width:].tolist():
+        stop = next((i for i, t in enumerate(row) if t in teacher.eos_token_ids), None)
+        new = row if stop is None else row[:stop]
+        generations.append(Generation(tokenizer.decode(new, skip_special_tokens=False), len(new), stop is not None))
+    return generations
+
+
+def subset(requests: list[Request], limit: int | None) -> list[Request]:
+    """A deterministic subset, ordered by prompt hash: nested (limit n is a prefix of limit m > n)."""
+    ordered = sorted(requests, key=lambda r: (r.prompt_hash, r.id))
+    return ordered if limit is None else ordered[:limit]
+
+
+def length_windows(requests: list[Request], length: Callable[[Request], int], window: int) -> list[Request]:
+    """Sort by prompt length within consecutive windows: batches pad less, yet an interrupted run
+    still covers a prefix of the subset order (so a partial trace set is itself a nested subset)."""
+    if window <= 1:
+        return list(requests)
+    return [r for start in range(0, len(requests), window)
+            for r in sorted(requests[start:start + window], key=length)]
+
+
+def requests_digest(requests: Iterable[Request]) -> str:
+    return hashlib.sha256(canonical_json([[r.id, r.prompt_hash] for r in requests]).encode()).hexdigest()[:16]
+
+
+def generation_settings(teacher: str, model_pin: str, surface: str, prompt_style: str,
+                        chat_template_kwargs: dict[str, Any], dtype: str, max_new_tokens: int,
+                        batch_size: int) -> dict[str, Any]:
+    """Everything that determines a trace's text: committed traces are reused only when it matches."""
+    return {"teacher": teacher, "model_pin": model_pin, "surface": surface, "prompt_style": prompt_style,
+            "chat_template_kwargs": dict(chat_template_kwargs), "max_new_tokens": max_new_tokens,
+            "batch_size": batch_size, "dtype": dtype}
+
+
+def profile_teacher_settings(profile: str, max_new_tokens: int, batch_size: int) -> dict[str, Any]:
+    """`generation_settings` of a profile's teacher role, read from the profile (no model load)."""
+    prof = load_profile(profile)
+    role, spec = prof.teacher, prof.model("teacher")
+    pin = spec.source.sha256 or f"{spec.source.repo}@{spec.source.revision or 'main'}"
+    return generation_settings(spec.name, pin, role.surface or "", role.prompt or "", role.chat_template_kwargs,
+                               spec.dtype, max_new_tokens, batch_size)
+
+
+def model_teacher_settings(teacher: TargetModel, model_pin: str, max_new_tokens: int, batch_size: int) -> dict[str, Any]:
+    """`generation_settings` of an already loaded teacher (tests inject a tiny one)."""
+    dtype = str(next(teacher.model.parameters()).dtype).replace("torch.", "")
+    return generation_settings(teacher.name, model_pin, teacher.surface.name, teacher.prompt_style,
+                               teacher.chat_template_kwargs, dtype, max_new_tokens, batch_size)
+
+
+def committed_dir() -> Path:
+    return artifacts_dir() / "committed" / "teacher"
+
+
+def committed_records(settings: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Committed trace records made with exactly these settings, keyed by (id, prompt_hash).
+
+    A committed set whose traces file does not match its recorded sha256 is refused.
+    """
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    root = committed_dir()
+    if not root.exists():
+        return found
+    for config_file in sorted(root.glob("*/config.json")):
+        config = json.loads(config_file.read_text())
+        if config.get("generation") != settings:
+            continue
+        traces = config_file.parent / TRACES_FILE
+        expected = json.loads((config_file.parent / "provenance.json").read_text())["sha256"]
+        actual = hashlib.sha256(traces.read_bytes()).hexdigest()
+        if actual != expected:
+            raise ValueError(f"{traces}: sha256 {actual} does not match provenance.json ({expected}); "
+                             f"restore it with git (git checkout -- {traces}) or delete the directory")
+        for record in read_jsonl(traces):
+            found.setdefault((record["id"], record["prompt_hash"]), {**record, "origin": f"committed:{config_file.parent.name}"})
+    return found
+
+
+def stage_records(settings: dict[str, Any], exclude: Path | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+    """Records already traced here by other teacher stages with the same generation settings.
+
+    A different subset size is a different stage key, yet its records are the same greedy answers;
+    reusing them lets a small default run pick up a larger run in progress. A torn last line of a
+    file that is still being written is ignored.
+    """
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for config_file in sorted((artifacts_dir() / "teacher").glob("*/config.json")):
+        traces = config_file.parent / TRACES_FILE
+        if config_file.parent == exclude or not traces.exists():
+            continue
+        if json.loads(config_file.read_text()).get("generation") != settings:
+            continue
+        with open(traces, encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    break
+                if record.get("origin", "generated") == "generated":
+                    found.setdefault((record["id"], record["prompt_hash"]),
+                                     {**record, "origin": f"stage:{config_file.parent.name}"})
+    return found
+
+
+@lru_cache(maxsize=1)
+def profile_teacher(profile: str) -> TargetModel:
+    """The profile's teacher, loaded once per process (a notebook traces train and dev in turn)."""
+    return load_role("teacher", profile)
+
+
+@dataclass
+class TeacherRun:
+    """What `run_teacher` did: the stage, its records and the measured throughput."""
+
+    stage: Stage
+    records: list[dict[str, Any]]
+    generated: int
+    reused: int
+    generate_seconds: float
+    generated_tokens: int
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def traces_path(self) -> Path:
+        return self.stage.path(TRACES_FILE)
+
+
+def run_teacher(
+    requests: list[Request],
+    *,
+    split: str,
+    profile: str = "cpu",
+    limit: int | None = DEFAULT_LIMIT,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    reuse: bool = True,  # committed traces and other local stages with the same settings
+    teacher: TargetModel | None = None,
+    model_pin: str | None = None,
+    threads: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> TeacherRun:
+    """Trace ``requests`` (the ``limit`` subset) with the profile's teacher; resumable and keyed by config.
+
+    ``teacher``/``model_pin`` inject a model (tests use a tiny random one); by default the profile's
+    teacher role is used, pinned by its source sha256 (or hub id), and loaded only when some
+    request is neither traced nor committed. ``on_batch`` is called after each written batch (a
+    hook for progress reporting and interruption tests).
+    """
+    if threads:
+        torch.set_num_threads(threads)
+    chosen = subset(requests, limit)
+    if teacher is None:
+        settings = profile_teacher_settings(profile, max_new_tokens, batch_size)
+    else:
+        settings = model_teacher_settings(teacher, model_pin or "unpinned", max_new_tokens, batch_size)
+    config = {"split": split, "limit": limit, "requests": requests_digest(chosen), "profile": profile,
+              "generation": settings}
+    stage = Stage("teacher", config)
+    out = stage.path(TRACES_FILE)
+    done = done_ids(out)
+    todo = [r for r in chosen if r.id not in done]
+    known = {**stage_records(settings, exclude=stage.dir), **committed_records(settings)} if reuse else {}
+    reused = [known[(r.id, r.prompt_hash)] for r in todo if (r.id, r.prompt_hash) in known]
+    append_jsonl(out, reused)
+    reused_ids = {r["id"] for r in reused}
+    todo = [r for r in todo if r.id not in reused_ids]
+    if todo and teacher is None:
+        teacher = profile_teacher(profile)
+    prompts = {r.id: teacher.prompt_ids(r) for r in todo}
+    todo = length_windows(todo, lambda r: len(prompts[r.id]), window=8 * batch_size)
+    generated, tokens, seconds = 0, 0, 0.0
+    bar = tqdm(total=len(todo), desc=f"teacher {split}", unit="req")
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start:start + batch_size]
+        began = time.perf_counter()
+        generations = generate_greedy(teacher, [prompts[r.id] for r in batch], max_new_tokens)
+        elapsed = time.perf_counter() - began
+        records = []
+        for request, gen in zip(batch, generations):
+            call, reason, n_calls = first_valid_call(gen.text, request, teacher.surface_for(request))
+            if reason == "no_call_parsed" and not gen.stopped_on_eos:
+                reason = "no_call_parsed_truncated"
+            records.append(TeacherRecord(
+                id=request.id, source=request.source, benchmark=request.benchmark, prompt_hash=request.prompt_hash,
+                raw_text=gen.text, call=call, reason=reason, calls_parsed=n_calls,
+                prompt_tokens=len(prompts[request.id]), new_tokens=gen.new_tokens,
+                stopped_on_eos=gen.stopped_on_eos, seconds=round(elapsed / len(batch), 3),
+            ).to_dict())
+        append_jsonl(out, records)
+        generated += len(batch)
+        tokens += sum(g.new_tokens for g in generations)
+        seconds += elapsed
+        bar.update(len(batch))
+        bar.set_postfix(s_per_req=f"{seconds / generated:.1f}")
+        if on_batch is not None:
+            on_batch(generated)
+    bar.close()
+    by_id = {r["id"]: r for r in read_jsonl(out)}
+    records = [by_id[r.id] for r in chosen if r.id in by_id]
+    summary = {"requests": len(records), "valid": sum(r["call"] is not None for r in records),
+               "generated_now": generated, "reused_committed_now": len(reused),
+               "generate_seconds_now": round(seconds, 1), "generated_tokens_now": tokens,
+               "validity_by_source": validity_by_source(records)}
+    if len(records) == len(chosen):
+        stage.mark_done(**summary)
+    return TeacherRun(stage, records, generated, len(reused), seconds, tokens, summary)
+
+
+def validity_by_source(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per training source: requests, valid first calls, rate and the reasons for the rest."""
+    table: dict[str, dict[str, Any]] = defaultdict(lambda: {"requests": 0, "valid": 0, "reasons": Counter()})
+    for record in records:
+        row = table[record["source"]]
+        row["requests"] += 1
+        if record["call"] is not None:
+            row["valid"] += 1
+        else:
+            row["reasons"][record["reason"].split(":")[0]] += 1
+    return {
+        source: {"requests": row["requests"], "valid": row["valid"],
+                 "valid_rate": round(row["valid"] / row["requests"], 4), "reasons": dict(row["reasons"])}
+        for source, row in sorted(table.items())
+    }
+
+
+def validity_table(records: list[dict[str, Any]]):
+    """`validity_by_source` as a DataFrame with a total row (for the notebook)."""
+    import pandas as pd
+
+    rows = [{"source": s, **{k: v for k, v in r.items() if k != "reasons"},
+             **{f"invalid: {k}": n for k, n in r["reasons"].items()}}
+            for s, r in validity_by_source(records).items()]
+    frame = pd.DataFrame(rows).fillna(0)
+    total = {"source": "all", **frame.drop(columns=["source", "valid_rate"]).sum(numeric_only=True).to_dict()}
+    total["valid_rate"] = round(total["valid"] / max(total["requests"], 1), 4)
+    return pd.concat([frame, pd.DataFrame([total])], ignore_index=True)
+
+
+def throughput(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Measured cost of the generated (not reused) records: seconds per request, tokens per second."""
+    own = [r for r in records if r.get("origin", "generated") == "generated"] or records
+    seconds = sum(r["seconds"] for r in own)
+    return {"requests": len(own), "seconds_per_request": round(seconds / max(len(own), 1), 2),
+            "new_tokens_per_second": round(sum(r["new_tokens"] for r in own) / max(seconds, 1e-9), 2),
+            "prompt_tokens_mean": round(sum(r["prompt_tokens"] for r in own) / max(len(own), 1), 1)}
+
+
+def load_traces(split: str = "train", profile: str = "cpu", limit: int | None = DEFAULT_LIMIT, **kwargs: Any) -> list[dict[str, Any]]:
+    """Teacher records of a data split (runs or resumes the stage; reuses committed traces)."""
+    from ooospec.data import load_split
+
+    return run_teacher(load_split(split), split=split, profile=profile, limit=limit, **kwargs).records
+
+
+def committed_traces(split: str = "train", profile: str = "cpu", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                     batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
+    """Every committed teacher record for the split's current requests, in subset order; generates nothing.
+
+    The largest trace set available without running the teacher: what the sidecar stage trains on
+    by default (`load_traces` with a ``limit`` traces whatever is missing instead).
+    """
+    from ooospec.data import load_split
+
+    committed = committed_records(profile_teacher_settings(profile, max_new_tokens, batch_size))
+    return [committed[(r.id, r.prompt_hash)] for r in subset(load_split(split), None)
+            if (r.id, r.prompt_hash) in committed]
+
+
+def commit_traces(traces: Path, name: str, config: dict[str, Any], provenance: dict[str, Any]) -> Path:
+    """Copy a trace file under ``artifacts/committed/teacher/<name>/`` with its config and sha256."""
+    target = committed_dir() / name
+    target.mkdir(parents=True, exist_ok=True)
+    records = list(read_jsonl(traces))
+    with open(target / TRACES_FILE, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps({**record, "origin": "generated"}, ensure_ascii=False) + "\n")
+    digest = hashlib.sha256((target / TRACES_FILE).read_bytes()).hexdigest()
+    (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    (target / "provenance.json").write_text(json.dumps({
+        **provenance, "sha256": digest, "records": len(records),
+        "valid": sum(r["call"] is not None for r in records),
+        "throughput": throughput(records), "validity_by_source": validity_by_source(records),
+        "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+    }, indent=2))
+    return target
+
+
+
+def validity_figure(records: list[dict[str, Any]], title: str = "Teacher: first valid call per source"):
+    """Bar chart of the valid-call rate per source, each bar labelled valid/requests."""
+    import matplotlib.pyplot as plt
+
+    table = validity_by_source(records)
+    sources = list(table)
+    rates = [table[s]["valid_rate"] * 100 for s in sources]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    bars = ax.barh(sources, rates, color="#4c72b0")
+    for bar, source in zip(bars, sources):
+        row = table[source]
+        ax.text(bar.get_width() + 1, bar.get_y() + bar.get_height() / 2, f"{row['valid']}/{row['requests']}",
+                va="center", fontsize=9)
+    ax.set_xlim(0, 112)
+    ax.set_xlabel("requests with a valid first call (%)")
+    ax.set_title(title)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    return fig
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: trace a split (resumable), optionally committing the traces afterwards."""
+    import argparse
+
+    from ooospec.data import load_split
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="-1 = every request of the split")
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--commit", metavar="NAME", help="copy the traces to artifacts/committed/teacher/NAME")
+    parser.add_argument("--commit-only", action="store_true", help="commit what is traced so far, trace nothing")
+    args = parser.parse_args(argv)
+    limit = None if args.limit < 0 else args.limit
+    requests = load_split(args.split)
+    if args.commit_only:
+        settings = profile_teacher_settings(args.profile, args.max_new_tokens, args.batch_size)
+        chosen = subset(requests, limit)
+        stage = Stage("teacher", {"split": args.split, "limit": limit, "requests": requests_digest(chosen),
+                                  "profile": args.profile, "generation": settings})
+        traces = stage.path(TRACES_FILE)
+    else:
+        run = run_teacher(requests, split=args.split, profile=args.profile, limit=limit,
+                          max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads)
+        stage, traces = run.stage, run.traces_path
+        print(json.dumps(run.summary, indent=2))
+    if args.commit:
+        config = json.loads(stage.path("config.json").read_text())
+        where = commit_traces(traces, args.commit, config, {
+            "made_by": f"python -m ooospec.teacher {' '.join(argv or __import__('sys').argv[1:])}",
+            "stage_dir": str(stage.dir.relative_to(artifacts_dir())),
+            "complete": stage.done,
+        })
+        print(f"committed {where}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Both profiles validate, and a broken profile fails with the file and the field named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ooospec.models.registry import ProfileError, load_profile
+from ooospec.paths import configs_dir
+
+
+def test_cpu_profile_roles():
+    profile = load_profile("cpu")
+    assert profile.teacher.model == "qwen2.5-coder-0.5b-instruct"
+    assert profile.sidecar_base.model == "smollm2-135m-instruct"
+    assert set(profile.targets) == {"qwen2.5-coder-0.5b", "smollm2-135m-tool"}
+    assert profile.targets["qwen2.5-coder-0.5b"].surface == "qwen_fenced_json"
+    assert profile.targets["smollm2-135m-tool"].surface == "llama_json"
+    assert profile.targets["smollm2-135m-tool"].adapter == "tool_lora"
+    for spec in profile.models.values():
+        assert spec.source.kind == "pypi_gguf" and len(spec.source.sha256) == 64
+    assert len(profile.models["qwen2.5-coder-0.5b-instruct"].source.files) == 6
+
+
+def test_paper_profile_has_the_papers_seven_targets():
+    profile = load_profile("paper")
+    assert profile.sidecar_base.model == "qwen3-0.6b"
+    assert profile.models[profile.teacher.model].source.repo == "Qwen/Qwen2.5-32B-Instruct"
+    assert len(profile.targets) == 7
+    repos = {profile.models[t.model].source.repo for t in profile.targets.values()}
+    assert {"Qwen/Qwen3-4B", "Qwen/Qwen3-8B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B",
+            "meta-llama/Llama-3.1-8B-Instruct"} <= repos
+    assert all(profile.models[t.model].source.kind == "hub" for t in profile.targets.values())
+
+
+def test_model_lookup_by_role_and_unknown_name():
+    profile = load_profile("cpu")
+    assert profile.model("teacher").name == "qwen2.5-coder-0.5b-instruct"
+    assert profile.model("smollm2-135m-tool").name == "smollm2-135m-instruct"
+    with pytest.raises(KeyError, match="known models.*qwen2.5-coder-0.5b-instruct"):
+        profile.model("gpt-5")
+
+
+def _broken(tmp_path: Path, edit) -> Path:
+    raw = yaml.safe_load((configs_dir() / "cpu.yaml").read_text())
+    edit(raw)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda r: r["models"]["smollm2-135m-instruct"]["source"].update(sha256="abc"), "models.smollm2-135m-instruct.source.sha256"),
+        (lambda r: r["models"]["smollm2-135m-instruct"]["source"].update(kind="ftp"), "models.smollm2-135m-instruct.source.kind"),
+        (lambda r: r["models"]["smollm2-135m-instruct"].update(dtyp="float32"), "models.smollm2-135m-instruct"),
+        (lambda r: r["roles"]["teacher"].update(model="nope"), "roles.teacher.model"),
+        (lambda r: r["roles"]["targets"]["qwen2.5-coder-0.5b"].update(surface="xml"), "roles.targets.qwen2.5-coder-0.5b.surface"),
+        (lambda r: r["roles"]["targets"]["smollm2-135m-tool"].pop("eos_tokens"), "roles.targets.smollm2-135m-tool"),
+        (lambda r: r["roles"]["sidecar_base"].update(num_layers=0), "roles.sidecar_base.num_layers"),
+        (lambda r: r["models"]["qwen2.5-coder-0.5b-instruct"]["source"]["files"].append("/abs/file.bin"), "source.files"),
+    ],
+)
+def test_broken_profile_names_file_and_field(tmp_path, edit, field):
+    path = _broken(tmp_path, edit)
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    assert str(path) in str(err.value)
+    assert field in str(err.value)
+
+
+def test_unknown_profile_and_bad_yaml(tmp_path):
+    with pytest.raises(ProfileError, match="known profiles.*cpu"):
+        load_profile("no-such-profile")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profile: [unclosed")
+    with pytest.raises(ProfileError, match="not valid YAML"):
+        load_profile(bad)

@@ -1,0 +1,120 @@
+"""Teacher tracing end to end on a tiny random model: validity parsing, resume, committed reuse."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ooospec.data.request import Request
+from ooospec.models.formats import get_surface
+from ooospec.models.target import TargetModel
+from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+from ooospec.teacher import commit_traces, first_valid_call, run_teacher, validity_by_source, validity_table
+
+TOOLS = [{"name": "get_weather", "description": "Weather now.",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+         {"name": "math.add", "description": "Add.",
+          "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}]
+
+
+def _requests(n: int = 5) -> list[Request]:
+    return [Request(id=f"r{i}", benchmark="test", split="train", source=f"src{i % 2}",
+                    messages=[{"role": "user", "content": "weather in Paris? " * (1 + i % 3) + str(i)}],
+                    tools=TOOLS, gold=None) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tiny_teacher() -> TargetModel:
+    model, tokenizer = tiny_model_and_tokenizer(seed=1)
+    return TargetModel("tiny-teacher", model, tokenizer, get_surface("qwen_fenced_json"),
+                       [tokenizer.eos_token_id], prompt_style="system_tools_json")
+
+
+def _run(teacher, requests, **kwargs):
+    return run_teacher(requests, split="train", teacher=teacher, model_pin="tiny-seed1", max_new_tokens=6, **kwargs)
+
+
+def test_first_valid_call_rules():
+    request = _requests(1)[0]
+    qwen = get_surface("qwen_fenced_json")
+    text = 'Sure.\n```json\n{"name": "search", "arguments": {}}\n```\n```json\n{"name": "math.add", "arguments": {"b": 2, "a": 1}}\n```'
+    call, reason, n = first_valid_call(text, request, qwen)
+    assert call == {"name": "math.add", "arguments": {"b": 2, "a": 1}} and list(call["arguments"]) == ["b", "a"]
+    assert reason is None and n == 2
+    assert first_valid_call('{"name": "search", "arguments": {}}', request, qwen)[:2] == (None, "unknown_function: search")
+    assert first_valid_call("It is sunny in Paris.", request, qwen) == (None, "no_call_parsed", 0)
+
+
+def test_teacher_resumes_after_interruption(tmp_path, monkeypatch, tiny_teacher):
+    requests = _requests()
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path / "once"))
+    uninterrupted = _run(tiny_teacher, requests, limit=None, batch_size=1)
+    assert uninterrupted.stage.done and len(uninterrupted.records) == 5
+
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path / "twice"))
+
+    def interrupt(done: int) -> None:
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _run(tiny_teacher, requests, limit=None, batch_size=1, on_batch=interrupt)
+    traces = next((tmp_path / "twice" / "teacher").glob("*/traces.jsonl"))
+    assert len(traces.read_text().splitlines()) == 2
+    with open(traces, "a") as handle:  # a torn line, as a kill mid-write leaves
+        handle.write('{"id": "r9", "raw')
+    resumed = _run(tiny_teacher, requests, limit=None, batch_size=1)
+    assert resumed.generated == 3 and resumed.stage.done
+    assert [r["id"] for r in resumed.records] == [r["id"] for r in uninterrupted.records]
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]  # noqa: E731
+    assert strip(resumed.records) == strip(uninterrupted.records)
+    again = _run(tiny_teacher, requests, limit=None, batch_size=1)
+    assert again.generated == 0
+
+
+def test_batched_generation_matches_one_by_one(tmp_path, monkeypatch, tiny_teacher):
+    requests = _requests()
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    single = {r["id"]: r["raw_text"] for r in _run(tiny_teacher, requests, limit=None, batch_size=1).records}
+    batched = {r["id"]: r["raw_text"] for r in _run(tiny_teacher, requests, limit=None, batch_size=3).records}
+    assert single == batched
+
+
+def test_committed_traces_are_reused_and_checked(tmp_path, monkeypatch, tiny_teacher):
+    requests = _requests()
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    first = _run(tiny_teacher, requests, limit=3, batch_size=1)
+    config = json.loads(first.stage.path("config.json").read_text())
+    committed = commit_traces(first.traces_path, "tiny", config, {"note": "test"})
+    run = _run(tiny_teacher, requests, limit=None, batch_size=1)  # another stage key
+    assert run.reused == 3 and run.generated == 2
+    origins = {r["id"]: r["origin"] for r in run.records}
+    assert sorted(o for o in origins.values() if o.startswith("committed")) == ["committed:tiny"] * 3
+    changed = run_teacher(requests, split="train", teacher=tiny_teacher, model_pin="tiny-seed1", max_new_tokens=5,
+                          limit=None, batch_size=1)
+    assert changed.reused == 0  # other generation settings: nothing reused
+    (committed / "traces.jsonl").write_text((committed / "traces.jsonl").read_text().replace('"r', '"x', 1))
+    with pytest.raises(ValueError, match="does not match provenance"):
+        _run(tiny_teacher, requests, limit=4, batch_size=1)
+
+
+def test_validity_per_source_counts(tiny_teacher, tmp_path, monkeypatch):
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    records = _run(tiny_teacher, _requests(), limit=None, batch_size=1).records
+    table = validity_by_source(records)
+    assert sum(row["requests"] for row in table.values()) == 5
+    for row in table.values():
+        assert row["valid"] + sum(row["reasons"].values()) == row["requests"]
+    frame = validity_table(records)
+    assert frame.iloc[-1]["source"] == "all" and frame.iloc[-1]["requests"] == 5
+
+
+def test_a_smaller_run_reuses_a_larger_runs_records(tmp_path, monkeypatch, tiny_teacher):
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    large = _run(tiny_teacher, _requests(), limit=None, batch_size=1)
+    small = _run(tiny_teacher, _requests(), limit=2, batch_size=1)
+    assert small.generated == 0 and small.reused == 2
+    assert {r["origin"] for r in small.records} == {f"stage:{large.stage.key}"}
+    fresh = _run(tiny_teacher, _requests(), limit=3, batch_size=1, reuse=False)
+    assert fresh.generated == 3

@@ -1,0 +1,66 @@
+"""The committed teacher traces are intact, consistent with their raw text, and re-derivable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from ooospec.data import load_split
+from ooospec.models.formats import get_surface
+from ooospec.teacher import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_NEW_TOKENS,
+    TRACES_FILE,
+    committed_dir,
+    first_valid_call,
+    generate_greedy,
+    profile_teacher_settings,
+)
+from ooospec.stage import read_jsonl
+
+
+def _committed_sets():
+    sets = sorted(p.parent for p in committed_dir().glob("*/provenance.json"))
+    assert sets, f"no committed teacher traces under {committed_dir()}"
+    return sets
+
+
+def test_committed_sets_match_their_sha256_and_default_settings():
+    settings = profile_teacher_settings("cpu", DEFAULT_MAX_NEW_TOKENS, DEFAULT_BATCH_SIZE)
+    for folder in _committed_sets():
+        provenance = json.loads((folder / "provenance.json").read_text())
+        assert hashlib.sha256((folder / TRACES_FILE).read_bytes()).hexdigest() == provenance["sha256"]
+        assert json.loads((folder / "config.json").read_text())["generation"] == settings, folder.name
+
+
+def test_committed_calls_follow_from_their_raw_text():
+    surface = get_surface(profile_teacher_settings("cpu", DEFAULT_MAX_NEW_TOKENS, DEFAULT_BATCH_SIZE)["surface"])
+    for folder in _committed_sets():
+        config = json.loads((folder / "config.json").read_text())
+        requests = {r.id: r for r in load_split(config["split"])}
+        for record in read_jsonl(folder / TRACES_FILE):
+            request = requests[record["id"]]
+            assert request.prompt_hash == record["prompt_hash"], record["id"]
+            call, reason, _ = first_valid_call(record["raw_text"], request, surface)
+            assert call == record["call"], record["id"]
+            assert (reason or "").split(":")[0] == (record["reason"] or "").split(":")[0].replace("_truncated", "")
+
+
+@pytest.mark.slow
+def test_teacher_rederives_a_committed_slice():
+    """Regenerate the two cheapest committed records with the real teacher: same text, same call."""
+    from ooospec.models.target import load_role
+
+    records = []
+    for folder in _committed_sets():
+        split = json.loads((folder / "config.json").read_text())["split"]
+        records += [(split, r) for r in read_jsonl(folder / TRACES_FILE)]
+    records.sort(key=lambda sr: sr[1]["prompt_tokens"] + 4 * sr[1]["new_tokens"])
+    teacher = load_role("teacher", "cpu")
+    for split, record in records[:2]:
+        request = next(r for r in load_split(split) if r.id == record["id"])
+        (generation,) = generate_greedy(teacher, [teacher.prompt_ids(request)], DEFAULT_MAX_NEW_TOKENS)
+        assert generation.text == record["raw_text"], record["id"]
+        assert first_valid_call(generation.text, request, teacher.surface)[0] == record["call"]
