@@ -1,0 +1,123 @@
+"""The seams of the decoding engine: drafts, draft sources, per-request context and state, traces.
+
+Every speculative method is the same loop (`ooospec.decoding.loop.decode`) with a different list
+of `DraftSource` objects. A source only ever proposes token sequences (`Draft`); the target model
+alone verifies and commits, so no source can change the output, only the speed. Sources live for a
+whole run (several requests) because some of them learn across requests (call retrieval keeps the
+calls produced so far, as ToolSpec's memory does); per-request setup happens in `begin`.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ooospec.data.request import Request
+
+if TYPE_CHECKING:
+    from ooospec.decoding.loop import DecodeResult
+    from ooospec.models.surface import SurfaceFormat
+
+DRAFT_SOURCES = ("fsm", "retrieval", "pld", "hint")
+
+
+@dataclass
+class Draft:
+    """A candidate continuation of the committed output, in target token ids.
+
+    ``tokens`` continue right after the last committed token. ``source`` names who proposed it
+    (one of `DRAFT_SOURCES`); it is kept per tree node so that every accepted token can be credited.
+    """
+
+    tokens: list[int]
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.source not in DRAFT_SOURCES:
+            raise ValueError(f"unknown draft source {self.source!r} (expected one of {DRAFT_SOURCES})")
+
+
+class EventTrace:
+    """Timestamped events of one request, relative to its arrival (when the trace is created).
+
+    The loop records prefill and one event per verify round; sources may add their own (a schema
+    the FSM could not compile, a sidecar hint becoming ready). The timeline figures read these.
+    """
+
+    def __init__(self, t0: float | None = None) -> None:
+        self.t0 = time.perf_counter() if t0 is None else t0
+        self.events: list[dict[str, Any]] = []
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"t": self.now(), "kind": kind, **fields}
+        self.events.append(event)
+        return event
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["kind"] == kind]
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return list(self.events)
+
+
+@dataclass
+class DecodeContext:
+    """Everything about one request that sources may read; fixed for the whole request."""
+
+    request: Request
+    tokenizer: Any
+    surface: "SurfaceFormat | None"
+    prompt_ids: list[int]
+    eos_token_ids: list[int]
+    trace: EventTrace = field(default_factory=EventTrace)
+
+
+@dataclass
+class DecodeState:
+    """The committed output so far, as token ids and as decoded text.
+
+    ``text`` is refreshed at every commit (one decode of the committed ids, cheap next to a
+    forward) so sources that work on text do not each decode again.
+    """
+
+    ctx: DecodeContext
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    round_index: int = 0
+    finished: bool = False
+
+    def commit(self, new_ids: list[int]) -> None:
+        self.output_ids.extend(new_ids)
+        self.text = self.ctx.tokenizer.decode(
+            self.output_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+
+    @property
+    def all_ids(self) -> list[int]:
+        """Prompt followed by the committed output."""
+        return self.ctx.prompt_ids + self.output_ids
+
+
+class DraftSource(ABC):
+    """One producer of drafts. `propose` runs at every candidate-construction boundary (every
+    verify round) inside the timed decode phase, so it must be cheap."""
+
+    name: str = "abstract"
+
+    def begin(self, ctx: DecodeContext) -> None:
+        """A new request arrives (compile per-request structures here)."""
+
+    @abstractmethod
+    def propose(self, state: DecodeState) -> list[Draft]:
+        """Drafts continuing the committed output, best first."""
+
+    def observe(self, state: DecodeState, accepted: list[int]) -> None:
+        """``accepted`` tokens were just committed (already in ``state``)."""
+
+    def end(self, state: DecodeState, result: "DecodeResult") -> None:
+        """The request finished (e.g. remember its output for later requests)."""

@@ -1,0 +1,43 @@
+"""OoO-Spec as a method: ToolSpec's sources plus the hint bank, and the sidecar it polls.
+
+The hint bank comes first in the source list, so its drafts come first in the merged candidate
+list and survive the tree budget (the loop keeps earlier drafts when it cuts). Its budget is
+ToolSpec's plus room for one hint chain: a right hint is worth a deep path, and on CPU a forward
+over ~50 rows still costs only a few one-token steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ooospec.decoding.base import DraftSource
+from ooospec.decoding.hint import HintBank
+from ooospec.decoding.toolspec import ToolSpec
+from ooospec.decoding.tree import TreeBudget
+from ooospec.sidecar.service import PredictorSpec, SidecarService
+
+DEFAULT_HINT_TOKENS = 32
+
+
+def ooospec_sources(service: SidecarService, *, mode: str = "wave", blocking: bool = False,
+                    hint_tokens: int = DEFAULT_HINT_TOKENS, **toolspec_options: Any) -> list[DraftSource]:
+    """Fresh sources for one run of OoO-Spec (the service outlives them: one model load per run)."""
+    return [HintBank(service, mode=mode, blocking=blocking, max_tokens=hint_tokens), ToolSpec(**toolspec_options)]
+
+
+def ooospec_budget(toolspec_budget: TreeBudget, hint_tokens: int = DEFAULT_HINT_TOKENS) -> TreeBudget:
+    return TreeBudget(max_nodes=toolspec_budget.max_nodes + hint_tokens,
+                      max_depth=max(toolspec_budget.max_depth, hint_tokens))
+
+
+def slot_sidecar(adapter_dir: Path | str, profile: str = "cpu", base_only: bool = False,
+                 max_new_tokens: int = 32) -> PredictorSpec:
+    """The trained sidecar (or, for the ablation, its base without the adapter)."""
+    return PredictorSpec("slot", {"adapter_dir": str(adapter_dir), "profile": profile,
+                                  "base_only": base_only, "max_new_tokens": max_new_tokens})
+
+
+def oracle_sidecar(calls: dict[str, dict[str, Any]], wave_s: float = 0.0) -> PredictorSpec:
+    """A sidecar that answers with known calls (the upper bound; latency sweeps)."""
+    return PredictorSpec("oracle", {"calls": calls, "wave_s": wave_s})

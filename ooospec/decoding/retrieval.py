@@ -1,0 +1,104 @@
+"""Call retrieval: drafts copied from the calls this run has already produced (ToolSpec's memory).
+
+Requests of one benchmark reuse a few APIs, so an earlier call of the same function predicts this
+one's scaffold and often its values. The memory holds the target's own output ids of earlier
+requests (never a gold answer, and never the current request's output, which is only added by
+`end`), each preceded by the last few prompt tokens so that a tail spanning the start of the reply
+(the assistant header) matches too. Each round, the committed tail is matched as an n-gram
+(longest first) against the memory, and up to ``len(lengths)`` distinct continuations are taken,
+of lengths ``lengths`` (ToolSpec: 32/16/8/8).
+
+"Nearest first": ToolSpec ranks memory by the similarity of question hidden states; here entries
+whose calls use a tool offered to the current request rank before the others, and more recent
+before older within each group (cheap, and no extra forward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ooospec.decoding.base import DecodeContext, DecodeState, Draft, DraftSource
+from ooospec.decoding.pld import SEPARATOR, ngram_continuations
+
+
+@dataclass
+class MemoryEntry:
+    request_id: str
+    ids: list[int]  # prompt tail + output ids
+    tools_called: frozenset[str]
+
+
+class CallRetrieval(DraftSource):
+    name = "retrieval"
+
+    def __init__(
+        self,
+        max_ngram: int = 8,
+        min_ngram: int = 2,
+        lengths: tuple[int, ...] = (32, 16, 8, 8),
+        context_tokens: int = 8,
+        max_entries: int = 64,
+    ):
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.lengths = lengths
+        self.context_tokens = context_tokens
+        self.max_entries = max_entries
+        self.memory: list[MemoryEntry] = []
+        self._haystack = np.zeros(0, dtype=np.int64)
+        self._tail: list[int] = []
+
+    def reset(self) -> None:
+        """Forget every stored call (a new run)."""
+        self.memory.clear()
+
+    def begin(self, ctx: DecodeContext) -> None:
+        offered = {tool["name"] for tool in ctx.request.tools}
+        ranked = sorted(
+            enumerate(self.memory),
+            key=lambda item: (bool(item[1].tools_called & offered), item[0]),
+        )  # best last: the search takes the latest occurrence first
+        chunks: list[int] = []
+        for _, entry in ranked:
+            chunks.extend(entry.ids)
+            chunks.append(SEPARATOR)
+        self._haystack = np.asarray(chunks, dtype=np.int64)
+        self._tail = list(ctx.prompt_ids[-self.max_ngram :])
+
+    def observe(self, state: DecodeState, accepted: list[int]) -> None:
+        self._tail = (self._tail + list(accepted))[-self.max_ngram :]
+
+    def propose(self, state: DecodeState) -> list[Draft]:
+        if not len(self._haystack):
+            return []
+        tail = np.asarray(self._tail, dtype=np.int64)
+        found: list[list[int]] = []
+        for n in range(min(self.max_ngram, len(tail)), self.min_ngram - 1, -1):
+            want = len(self.lengths) - len(found)
+            for cont in ngram_continuations(self._haystack, tail[-n:], max(self.lengths), want + len(found)):
+                if len(found) == len(self.lengths):
+                    break
+                cont = cont[: self.lengths[len(found)]]
+                if not any(prev[: len(cont)] == cont or cont[: len(prev)] == prev for prev in found):
+                    found.append(cont)
+            if len(found) == len(self.lengths):
+                break
+        return [Draft(cont, "retrieval") for cont in found]
+
+    def end(self, state: DecodeState, result) -> None:
+        tools_called = frozenset(self._called_names(state))
+        context = list(state.ctx.prompt_ids[-self.context_tokens :])
+        self.memory.append(MemoryEntry(state.ctx.request.id, context + list(result.output_ids), tools_called))
+        del self.memory[: -self.max_entries]
+
+    @staticmethod
+    def _called_names(state: DecodeState) -> list[str]:
+        surface = state.ctx.surface
+        if surface is None:
+            return []
+        try:
+            return [call.name for call in surface.parse(state.text)]
+        except (ValueError, KeyError, TypeError):
+            return []

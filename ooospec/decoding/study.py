@@ -1,0 +1,111 @@
+"""The ToolSpec study of ``notebooks/03_toolspec.ipynb``: AR / PLD / ToolSpec on benchmark slices,
+the verify-cost curve, and a tree-budget sweep, each a resumable stage keyed by its settings.
+
+A slice is one (target, benchmark) pair: a seeded sample of the benchmark's evaluation requests,
+in file order, decoded by every method with sources kept across the slice (call retrieval learns
+from earlier calls of the same run). A finished slice is read back; an interrupted one is redone
+from its start, because its retrieval memory must be rebuilt in order.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from ooospec.data import load_split
+from ooospec.decoding.cost import verify_cost_curve
+from ooospec.decoding.evaluate import MethodRun, compare_methods, select_slice
+from ooospec.decoding.methods import default_budget
+from ooospec.decoding.tree import TreeBudget
+from ooospec.decoding.verifier import TreeVerifier
+from ooospec.stage import Stage, read_jsonl
+
+STUDY_VERSION = 1  # bump when a record's meaning changes
+DEFAULT_RUNS = (MethodRun("pld", "pld"), MethodRun("toolspec", "toolspec"))
+
+
+@lru_cache(maxsize=4)
+def cached_target(name: str, profile: str) -> Any:
+    """One load per process and target (loading dominates a small slice)."""
+    from ooospec.models.target import load_target
+
+    return load_target(name, profile)
+
+
+def available_target(name: str, profile: str) -> tuple[Any | None, str | None]:
+    """The target, or None and the reason it cannot run yet (e.g. its adapter is not trained)."""
+    try:
+        return cached_target(name, profile), None
+    except FileNotFoundError as err:  # missing weights (ModelSourceMissing) or adapter (AdapterMissing)
+        return None, f"{name}: {err}"
+
+
+def _split_name(benchmark: str) -> str:
+    return benchmark if benchmark.startswith("eval_") else f"eval_{benchmark}"
+
+
+def _budget_dict(budget: TreeBudget) -> dict[str, int]:
+    return {"max_nodes": budget.max_nodes, "max_depth": budget.max_depth}
+
+
+def method_slice(target_name: str, benchmark: str, *, profile: str = "cpu", requests: int = 8, seed: int = 0,
+                 max_new_tokens: int = 128, threads: int = 1, budget: TreeBudget | None = None,
+                 runs: tuple[MethodRun, ...] = DEFAULT_RUNS, progress: bool = True) -> list[dict[str, Any]]:
+    """Records of AR and ``runs`` on one slice (read back when the stage is done)."""
+    budget = budget or default_budget(target_name)
+    config = {
+        "version": STUDY_VERSION, "profile": profile, "target": target_name, "benchmark": _split_name(benchmark),
+        "requests": requests, "seed": seed, "max_new_tokens": max_new_tokens, "threads": threads,
+        "budget": _budget_dict(budget),
+        "runs": [{"label": r.label, "method": r.method, "options": r.options,
+                  "budget": _budget_dict(r.budget) if r.budget else None} for r in runs],
+    }
+    stage = Stage("toolspec_study", config)
+    records_path = stage.path("records.jsonl")
+    if stage.done:
+        return list(read_jsonl(records_path))
+    target = cached_target(target_name, profile)
+    chosen = select_slice(load_split(_split_name(benchmark)), requests, seed)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        records = compare_methods(target, chosen, list(runs), max_new_tokens, budget, progress=progress)
+    finally:
+        torch.set_num_threads(old_threads)
+    tmp = records_path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tmp.replace(records_path)
+    stage.mark_done(records=len(records))
+    return records
+
+
+def cost_curve(target_name: str, *, profile: str = "cpu", benchmark: str = "apibank", sizes: tuple[int, ...] = (
+        0, 1, 2, 4, 8, 16, 24, 32, 48, 64), repeats: int = 5, threads: int = 1) -> list[dict[str, Any]]:
+    """The verify-cost curve of a target on the first request of ``benchmark`` (one prompt)."""
+    config = {"version": STUDY_VERSION, "profile": profile, "target": target_name,
+              "benchmark": _split_name(benchmark), "sizes": list(sizes), "repeats": repeats, "threads": threads}
+    stage = Stage("toolspec_cost", config)
+    path = stage.path("curve.json")
+    if stage.done:
+        return json.loads(path.read_text())
+    target = cached_target(target_name, profile)
+    request = load_split(_split_name(benchmark))[0]
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        points = verify_cost_curve(TreeVerifier(target.model, target.eos_token_ids), target.prompt_ids(request),
+                                   tuple(sizes), repeats)
+    finally:
+        torch.set_num_threads(old_threads)
+    rows = [{"target": target_name, "prompt_tokens": len(target.prompt_ids(request)), **vars(p)} for p in points]
+    path.write_text(json.dumps(rows, indent=1))
+    stage.mark_done(points=len(rows))
+    return rows
+
+
+def budget_runs(budgets: list[int]) -> tuple[MethodRun, ...]:
+    """ToolSpec at several node budgets (depth limit = node budget)."""
+    return tuple(MethodRun(f"toolspec@{b}", "toolspec", budget=TreeBudget(b, b)) for b in budgets)

@@ -1,0 +1,60 @@
+"""ToolSpec (Xia et al. 2026): schema FSM + call retrieval, with prompt lookup as general fallback.
+
+One composite source so that the merge policy lives in one place: FSM scaffold drafts first (the
+schema fixes them, so they are the likeliest), then retrieved continuations (values and whole
+calls seen earlier in the run), prompt lookup only in rounds where neither has anything
+(ToolSpec's own fallback is a token-recycling tree; PLD plays that role here without any extra
+model state), and last the FSM's bets that an open value ends right here.
+The tree builder then cuts the merged list to the node budget and depth limit, dropping the
+later (lower-priority) drafts first.
+"""
+
+from __future__ import annotations
+
+from ooospec.decoding.base import DecodeContext, DecodeState, Draft, DraftSource
+from ooospec.decoding.pld import PromptLookup
+from ooospec.decoding.retrieval import CallRetrieval
+from ooospec.decoding.schema_fsm import SchemaFSMSource
+
+PLD_MODES = ("fallback", "always", "off")
+
+
+class ToolSpec(DraftSource):
+    name = "toolspec"
+
+    def __init__(
+        self,
+        fsm: SchemaFSMSource | None = None,
+        retrieval: CallRetrieval | None = None,
+        pld: PromptLookup | None = None,
+        pld_mode: str = "fallback",
+    ):
+        if pld_mode not in PLD_MODES:
+            raise ValueError(f"pld_mode must be one of {PLD_MODES}, got {pld_mode!r}")
+        self.fsm = fsm or SchemaFSMSource()
+        self.retrieval = retrieval or CallRetrieval()
+        self.pld = pld or PromptLookup()
+        self.pld_mode = pld_mode
+
+    @property
+    def children(self) -> list[DraftSource]:
+        return [self.fsm, self.retrieval] + ([self.pld] if self.pld_mode != "off" else [])
+
+    def begin(self, ctx: DecodeContext) -> None:
+        for child in self.children:
+            child.begin(ctx)
+
+    def propose(self, state: DecodeState) -> list[Draft]:
+        scaffold, guesses = self.fsm.propose_split(state)
+        drafts = scaffold + self.retrieval.propose(state)
+        if self.pld_mode == "always" or (self.pld_mode == "fallback" and not drafts):
+            drafts += self.pld.propose(state)
+        return drafts + guesses
+
+    def observe(self, state: DecodeState, accepted: list[int]) -> None:
+        for child in self.children:
+            child.observe(state, accepted)
+
+    def end(self, state: DecodeState, result) -> None:
+        for child in self.children:
+            child.end(state, result)

@@ -1,0 +1,124 @@
+"""Drafts -> one token tree that a single target forward can verify.
+
+Drafts from every source are merged into a trie (equal prefixes share nodes, and each node keeps
+the tags of every source that proposed it), cut to a node budget and a depth limit, and flattened
+in insertion order. Insertion order is topological (a parent is always inserted before its
+children), which the verifier relies on when it gathers the accepted path's KV entries.
+
+Priority is the order of the drafts: the loop passes drafts best first, so when the budget runs
+out the nodes that are dropped are those of the later drafts (deterministic, and the tree stays
+prefix-closed because a node is only ever added after its parent).
+
+Row 0 of every tensor built here is the *root*: the last committed token, whose KV entry is not in
+the cache yet and whose logits predict the first tree level. Node ``i`` is row ``i + 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ooospec.decoding.base import Draft
+
+
+@dataclass(frozen=True)
+class TreeBudget:
+    """Size limits of one verify tree: draft nodes (the root is not counted) and depth."""
+
+    max_nodes: int = 16
+    max_depth: int = 16
+
+    def __post_init__(self) -> None:
+        if self.max_nodes < 0 or self.max_depth < 0:
+            raise ValueError(f"tree budget must be non-negative, got {self}")
+
+
+@dataclass
+class DraftTree:
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)  # -1 is the root
+    depths: list[int] = field(default_factory=list)  # children of the root have depth 1
+    sources: list[list[str]] = field(default_factory=list)  # first tag is credited on acceptance
+    children: list[dict[int, int]] = field(default_factory=lambda: [{}])  # row -> {token: node}
+    truncated_drafts: int = 0  # drafts cut short by the node budget
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    def ancestor_matrix(self) -> torch.Tensor:
+        """``[1+n, 1+n]`` bool: row r may attend to column c (c is r or an ancestor of r)."""
+        n = self.size
+        anc = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+        anc[:, 0] = True
+        anc[0, 0] = True
+        for i, parent in enumerate(self.parents):
+            row = i + 1
+            anc[row] = anc[parent + 1]
+            anc[row, row] = True
+        return anc
+
+    def position_ids(self, prefix_len: int) -> torch.Tensor:
+        """``[1, 1+n]``: the root sits right after the cached prefix, a node at prefix + depth."""
+        return torch.tensor([[prefix_len] + [prefix_len + d for d in self.depths]], dtype=torch.long)
+
+    def attention_mask(self, prefix_len: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """``[1, 1, 1+n, prefix_len+1+n]`` additive mask: 0 where attention is allowed, the dtype's
+        minimum elsewhere. Every row sees the whole cached prefix, itself and its ancestors."""
+        anc = self.ancestor_matrix()
+        n1 = anc.shape[0]
+        mask = torch.zeros(n1, prefix_len + n1, dtype=dtype)
+        mask[:, prefix_len:].masked_fill_(~anc, torch.finfo(dtype).min)
+        return mask.view(1, 1, n1, prefix_len + n1)
+
+    def retrieve_paths(self) -> list[list[int]]:
+        """Every root-to-leaf path as node indices (the candidate sequences after merging)."""
+        paths: list[list[int]] = []
+
+        def visit(row: int, path: list[int]) -> None:
+            kids = self.children[row]
+            if not kids and path:
+                paths.append(path)
+            for node in kids.values():
+                visit(node + 1, path + [node])
+
+        visit(0, [])
+        return paths
+
+    def walk(self, predicted: list[int]) -> list[int]:
+        """Greedy acceptance: from the root, follow the child whose token equals the target's argmax
+        at its parent, as long as one exists. ``predicted[r]`` is the argmax at row ``r``.
+        Returns the accepted node indices (the bonus token is ``predicted`` at the last row)."""
+        accepted: list[int] = []
+        row = 0
+        while True:
+            node = self.children[row].get(predicted[row])
+            if node is None:
+                return accepted
+            accepted.append(node)
+            row = node + 1
+
+
+def build_tree(drafts: list[Draft], budget: TreeBudget) -> DraftTree:
+    """Merge drafts (best first) into a trie under ``budget``."""
+    tree = DraftTree()
+    for draft in drafts:
+        row = 0
+        for depth, token in enumerate(draft.tokens[: budget.max_depth], start=1):
+            node = tree.children[row].get(token)
+            if node is None:
+                if tree.size >= budget.max_nodes:
+                    tree.truncated_drafts += 1
+                    break
+                node = tree.size
+                tree.tokens.append(token)
+                tree.parents.append(row - 1)
+                tree.depths.append(depth)
+                tree.sources.append([draft.source])
+                tree.children.append({})
+                tree.children[row][token] = node
+            elif draft.source not in tree.sources[node]:
+                tree.sources[node].append(draft.source)
+            row = node + 1
+    return tree

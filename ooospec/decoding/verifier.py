@@ -1,0 +1,187 @@
+"""The one verifier every method shares: a token tree in, one target forward, the accepted tokens out.
+
+Cache invariant (`VerifierState`): the KV cache holds every committed token except the last one.
+That last token is the *root* of the next tree: each round feeds ``[root] + tree nodes`` with an
+explicit 4-D additive mask (each row sees the cached prefix, itself and its ancestors) and
+explicit position ids (prefix length + depth), so the model's own attention code does tree
+attention; no modeling file is forked. transformers 5.x passes a 4-D mask through unchanged
+(`masking_utils._preprocess_mask_arguments` returns early on ``attention_mask.ndim == 4``), and both
+its ``sdpa`` and ``eager`` attention add a float mask to the scores.
+
+After the forward, the greedy walk accepts the longest path whose every token equals the argmax
+at its parent, plus the bonus token (the argmax at the path's last row). The KV entries of the
+root and the accepted path are gathered into place and everything else is cut off, which keeps a
+stock `DynamicCache` exactly as if the accepted tokens had been fed one by one.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from ooospec.decoding.tree import DraftTree
+
+
+@dataclass
+class VerifierState:
+    """KV cache plus the committed token ids (prompt + output); the last id is the pending root."""
+
+    cache: DynamicCache
+    tokens: list[int]
+    prompt_len: int
+
+    @property
+    def cache_len(self) -> int:
+        return len(self.tokens) - 1
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.tokens[self.prompt_len :]
+
+    def clone(self) -> "VerifierState":
+        """An independent copy (a shared prefill for several methods on one request)."""
+        return VerifierState(copy.deepcopy(self.cache), list(self.tokens), self.prompt_len)
+
+
+@dataclass
+class Round:
+    """What one verify forward did."""
+
+    tree_size: int
+    accepted_nodes: list[int]  # tree node indices on the accepted path (after truncation)
+    new_tokens: list[int]  # committed this round: accepted path tokens + bonus (maybe truncated)
+    credits: list[str]  # per new token: the source of its node, or "bonus"
+    forward_s: float
+    finish: str | None = None  # "eos" | "length" | None
+    margins: list[float] = field(default_factory=list)  # top-1 minus top-2 logit per new token
+
+
+def _cache_layers(cache: DynamicCache) -> list[DynamicLayer]:
+    layers = list(cache.layers)
+    for index, layer in enumerate(layers):
+        if type(layer) is not DynamicLayer:
+            raise ValueError(
+                f"cache layer {index} is a {type(layer).__name__}; the tree verifier commits by "
+                "gathering KV rows and supports only full-attention DynamicLayer caches"
+            )
+    return layers
+
+
+def commit_kv(cache: DynamicCache, prefix_len: int, keep_rows: list[int]) -> None:
+    """Keep the cached prefix plus the rows ``keep_rows`` of the last forward (row 0 = root),
+    moved into consecutive positions; drop every other entry the forward appended."""
+    contiguous = keep_rows == list(range(len(keep_rows)))
+    rows = [prefix_len + r for r in keep_rows]
+    end = prefix_len + len(keep_rows)
+    for layer in _cache_layers(cache):
+        if not layer.is_initialized:
+            continue
+        index = None if contiguous else torch.tensor(rows, dtype=torch.long, device=layer.keys.device)
+        if contiguous:
+            layer.keys = layer.keys[:, :, :end, :]
+            layer.values = layer.values[:, :, :end, :]
+        else:
+            layer.keys = torch.cat([layer.keys[:, :, :prefix_len], layer.keys.index_select(2, index)], dim=2)
+            layer.values = torch.cat(
+                [layer.values[:, :, :prefix_len], layer.values.index_select(2, index)], dim=2
+            )
+
+
+def _top2_gap(logits: torch.Tensor) -> list[float]:
+    top = torch.topk(logits.float(), 2, dim=-1).values
+    return (top[..., 0] - top[..., 1]).tolist()
+
+
+class TreeVerifier:
+    """Greedy, batch-1 tree verification for any HF causal LM with a `DynamicCache`."""
+
+    def __init__(self, model: torch.nn.Module, eos_token_ids: list[int], track_margins: bool = False):
+        self.model = model
+        self.eos = set(int(t) for t in eos_token_ids)
+        self.track_margins = track_margins
+        self.dtype = next(model.parameters()).dtype
+        self.device = next(model.parameters()).device
+        self.config = model.config
+        params = inspect.signature(model.forward).parameters
+        self._logits_to_keep = "logits_to_keep" in params
+
+    def _forward(self, input_ids: list[int], **kwargs) -> torch.Tensor:
+        ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, use_cache=True, **kwargs)
+        return out.logits[0]
+
+    @torch.no_grad()
+    def prefill(self, prompt_ids: list[int]) -> tuple[VerifierState, float | None]:
+        """Run the prompt, returning the state (first output token committed) and its top-2 gap."""
+        if not prompt_ids:
+            raise ValueError("prefill needs a non-empty prompt")
+        cache = DynamicCache(config=self.config)
+        kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
+        logits = self._forward(list(prompt_ids), cache=cache, **kwargs)[-1]
+        _cache_layers(cache)
+        first = int(logits.argmax())
+        margin = _top2_gap(logits) if self.track_margins else None
+        return VerifierState(cache, list(prompt_ids) + [first], len(prompt_ids)), margin
+
+    @torch.no_grad()
+    def forward_tree(self, state: VerifierState, tree: DraftTree) -> torch.Tensor:
+        """Logits ``[1+n, vocab]`` of the root and every tree node; the cache then also holds the
+        rows of this forward (`commit_kv` keeps the accepted ones)."""
+        prefix_len = state.cache_len
+        if tree.size == 0:
+            # a plain one-token step, exactly what `generate` runs
+            return self._forward(
+                [state.tokens[-1]],
+                cache=state.cache,
+                position_ids=torch.tensor([[prefix_len]], device=self.device),
+            )
+        return self._forward(
+            [state.tokens[-1]] + tree.tokens,
+            cache=state.cache,
+            attention_mask=tree.attention_mask(prefix_len, self.dtype).to(self.device),
+            position_ids=tree.position_ids(prefix_len).to(self.device),
+        )
+
+    @torch.no_grad()
+    def step(self, state: VerifierState, tree: DraftTree, limit: int) -> Round:
+        """One verify round committing at most ``limit`` (>= 1) new tokens into ``state``."""
+        if limit < 1:
+            raise ValueError(f"step needs room for at least one token, got limit={limit}")
+        prefix_len = state.cache_len
+        start = time.perf_counter()
+        logits = self.forward_tree(state, tree)
+        predicted = logits.argmax(dim=-1).tolist()
+        accepted = tree.walk(predicted)
+        rows = [0] + [node + 1 for node in accepted]
+        new_tokens = [tree.tokens[node] for node in accepted] + [predicted[rows[-1]]]
+        credits = [tree.sources[node][0] for node in accepted] + ["bonus"]
+
+        cut = len(new_tokens)
+        for j, token in enumerate(new_tokens):
+            if token in self.eos:
+                cut = j + 1
+                break
+        cut = min(cut, limit)
+        new_tokens = new_tokens[:cut]
+        finish = "eos" if new_tokens[-1] in self.eos else ("length" if cut == limit else None)
+        kept = len(new_tokens)
+        accepted = accepted[: kept - 1]
+        credits = credits[:kept]
+        # the last new token is the next root: its KV entry is written by the next forward
+        commit_kv(state.cache, prefix_len, rows[:kept])
+        state.tokens.extend(new_tokens)
+        margins = _top2_gap(logits[rows[:kept]]) if self.track_margins else []
+        return Round(
+            tree_size=tree.size,
+            accepted_nodes=accepted,
+            new_tokens=new_tokens,
+            credits=credits,
+            forward_s=time.perf_counter() - start,
+            finish=finish,
+            margins=margins,
+        )

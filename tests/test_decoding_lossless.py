@@ -1,0 +1,67 @@
+"""Lossless on real targets: every method's output token ids equal greedy AR's, on a fixed slice
+drawn from all three benchmarks. A mismatch fails unless AR's top-1/top-2 logit gap at the first
+differing token shows an fp32 near-tie; such cases are printed, never hidden.
+
+Adding a target is one line in TARGETS (name, requests per benchmark); a target whose weights or
+adapter are not there yet is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ooospec.data import load_split
+from ooospec.decoding.evaluate import MethodRun, compare_methods, select_slice
+from ooospec.decoding.tree import TreeBudget
+
+pytestmark = pytest.mark.slow
+
+TARGETS = [
+    ("qwen2.5-coder-0.5b", 3),
+    ("smollm2-135m-tool", 10),
+]
+BENCHMARKS = ("eval_apibank", "eval_toolalpaca", "eval_bfcl")
+RUNS = [MethodRun("pld", "pld"), MethodRun("toolspec", "toolspec")]
+MAX_NEW_TOKENS = 24
+POOL = 24  # seeded candidates per benchmark; the shortest prompts among them keep the test short
+
+
+def _slice(target, per_benchmark):
+    chosen = []
+    for benchmark in BENCHMARKS:
+        pool = select_slice(load_split(benchmark), POOL, seed=4)
+        pool.sort(key=lambda r: (len(target.prompt_ids(r)), r.id))
+        chosen += pool[:per_benchmark]
+    return chosen
+
+
+@pytest.mark.parametrize("name, per_benchmark", TARGETS, ids=[t[0] for t in TARGETS])
+def test_every_method_reproduces_ar(name, per_benchmark):
+    from ooospec.models.target import load_target
+
+    try:
+        target = load_target(name)
+    except FileNotFoundError as err:  # weights or tool adapter not produced yet
+        pytest.skip(f"{name}: {err}")
+    requests = _slice(target, per_benchmark)
+    records = compare_methods(target, requests, RUNS, MAX_NEW_TOKENS, TreeBudget(16, 16), progress=False)
+    checked = [r for r in records if r["method"] != "ar"]
+    assert len(checked) == len(RUNS) * len(requests) == len(RUNS) * per_benchmark * len(BENCHMARKS)
+    mismatches = [r for r in checked if not r["identical_to_ar"]]
+    for r in mismatches:
+        print(f"{name} {r['method']} {r['id']}: differs from AR at token {r['mismatch_at']}, "
+              f"AR top-2 logit gap {r['ar_gap_at_mismatch']} ({'near-tie' if r['near_tie'] else 'BUG'})")
+    assert not [r for r in mismatches if not r["near_tie"]]
+    # AR itself is greedy decoding: cross-check one request against transformers' generate
+    first = requests[0]
+    prompt = torch.tensor([target.prompt_ids(first)])
+    with torch.no_grad():
+        generated = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                                          max_new_tokens=MAX_NEW_TOKENS, eos_token_id=target.eos_token_ids,
+                                          pad_token_id=target.eos_token_ids[0])
+    ar_first = next(r for r in records if r["method"] == "ar" and r["id"] == first.id)
+    assert generated[0, prompt.shape[1]:].tolist() == ar_first["output_ids"]
+    # the speculative path was really exercised: drafts were accepted
+    toolspec = [r for r in checked if r["method"] == "toolspec"]
+    assert sum(r["source_counts"]["fsm"] + r["source_counts"]["retrieval"] for r in toolspec) > 0
