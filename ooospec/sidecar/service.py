@@ -28,7 +28,7 @@ from typing import Any, Callable, Protocol
 
 from ooospec.data.request import Request
 
-MODES = ("wave", "sequential", "two_wave")
+MODES = ("wave", "wave_no_prefix_share", "sequential", "two_waves")  # = ooospec.sidecar.predictor.MODES
 
 
 @dataclass
@@ -79,10 +79,36 @@ class SidecarResult:
         return asdict(self)
 
 
-def _slot_factory(**options: Any) -> Predictor:
-    from ooospec.sidecar.predictor import load_slot_predictor
+class SlotWavePredictor:
+    """The trained sidecar (`SlotPredictor`) behind the service's `Predictor` interface."""
 
-    return load_slot_predictor(**options)
+    def __init__(self, adapter_dir: str, profile: str = "cpu", max_new_tokens: int = 32, base_only: bool = False):
+        from pathlib import Path
+
+        from ooospec.sidecar.predictor import SlotPredictor
+
+        if base_only:  # ablation: the same base, layer cut and prompts, without the adapter
+            from ooospec.sidecar.base import load_sidecar_base
+            from ooospec.slots import SlotPromptConfig
+            from ooospec.train import read_frozen
+
+            record = read_frozen(Path(adapter_dir))
+            model, tokenizer = load_sidecar_base(profile, record["num_layers"])
+            self.predictor = SlotPredictor(model, tokenizer, SlotPromptConfig(**record["prompt"]),
+                                           max_new_tokens=max_new_tokens)
+        else:
+            self.predictor = SlotPredictor.from_frozen(Path(adapter_dir), profile, max_new_tokens)
+
+    def predict(self, request: Request, mode: str) -> Prediction:
+        wave = self.predictor.predict(request, mode)
+        return Prediction(call=wave.payload, rows=len(wave.rows),
+                          detail={"forwards": wave.forwards, "prefix_tokens": wave.prefix_tokens,
+                                  "dropped_slots": len(wave.dropped), "reason": wave.reason,
+                                  "predictor_latency_s": wave.latency_s})
+
+
+def _slot_factory(**options: Any) -> Predictor:
+    return SlotWavePredictor(**options)
 
 
 def _oracle_factory(calls: dict[str, dict[str, Any]], wave_s: float = 0.0) -> Predictor:

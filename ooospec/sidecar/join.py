@@ -1,0 +1,87 @@
+"""Join a wave's row answers into one semantic call.
+
+The function-index answer picks the function; only that function's argument rows are read, in
+schema order. ``null`` answers are dropped (the slot is unused), and an answer that is not one
+JSON value is dropped with its reason, so a half-right wave still yields a useful partial hint
+rather than none. The result's compact JSON is the payload the sidecar ships to the target.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ooospec.data.request import Call, Request
+from ooospec.slots import ARGUMENT, FUNCTION_INDEX, RowKey, tool_parameters
+
+
+@dataclass
+class DroppedSlot:
+    parameter: str
+    text: str
+    reason: str
+
+
+@dataclass
+class JoinResult:
+    call: Call | None
+    dropped: list[DroppedSlot] = field(default_factory=list)
+    reason: str | None = None  # why there is no call at all
+
+    @property
+    def payload(self) -> str | None:
+        return None if self.call is None else self.call.compact()
+
+
+def parse_function_index(text: str, n_functions: int) -> tuple[int | None, str | None]:
+    answer = text.strip()
+    if not answer.isdigit():
+        return None, f"function index {answer!r} is not a number"
+    index = int(answer)
+    if index >= n_functions:
+        return None, f"function index {index} out of range (0..{n_functions - 1})"
+    return index, None
+
+
+def parse_value(text: str) -> tuple[Any, str | None]:
+    """One JSON value, or the reason it is not one (``None`` value + None reason means ``null``)."""
+    answer = text.strip()
+    if not answer:
+        return None, "empty answer"
+    try:
+        return json.loads(answer), None
+    except json.JSONDecodeError as err:
+        return None, f"invalid JSON ({err.msg})"
+
+
+def join_rows(request: Request, answers: dict[RowKey, str], truncated: frozenset[RowKey] = frozenset()) -> JoinResult:
+    """The semantic call from row answers keyed by `RowKey` (missing argument rows count as null).
+
+    ``truncated`` rows stopped at the token limit without an end token; their text may still
+    parse (a cut-off number), so they are dropped rather than trusted.
+    """
+    index_text = answers.get(RowKey(FUNCTION_INDEX))
+    if index_text is None:
+        return JoinResult(None, reason="no function-index answer")
+    if RowKey(FUNCTION_INDEX) in truncated:
+        return JoinResult(None, reason="function index truncated (no end token)")
+    index, why = parse_function_index(index_text, len(request.tools))
+    if index is None:
+        return JoinResult(None, reason=why)
+    tool = request.tools[index]
+    arguments: dict[str, Any] = {}
+    dropped: list[DroppedSlot] = []
+    for parameter in tool_parameters(tool):
+        text = answers.get(RowKey(ARGUMENT, tool["name"], parameter))
+        if text is None:
+            continue
+        if RowKey(ARGUMENT, tool["name"], parameter) in truncated:
+            dropped.append(DroppedSlot(parameter, text, "truncated (no end token)"))
+            continue
+        value, why = parse_value(text)
+        if why is not None:
+            dropped.append(DroppedSlot(parameter, text, why))
+        elif value is not None:
+            arguments[parameter] = value
+    return JoinResult(Call(tool["name"], arguments), dropped)

@@ -1,0 +1,261 @@
+"""The model side of the sidecar: a request -> its slot wave -> one compact semantic call.
+
+`SlotPredictor.predict_wave` runs every online row of a request (function index + argument rows
+of every candidate function) as ONE batched greedy generation. The rows share the request
+prefix, so its KV cache is computed once (batch 1) and expanded over the rows; the questions are
+left-padded after it (attention mask + explicit positions keep each row's positions contiguous,
+exactly as if it ran alone), and rows leave the batch as soon as they emit the end token (most
+rows answer ``null`` in two tokens). The two ablations of the paper's design use the same
+machinery: `predict_sequential` (rows one at a time, each with its own prefix) and
+`predict_two_waves` (function index first, then only the chosen function's arguments).
+
+The async service and the process around it belong to the runtime (issue 5); this module is the
+in-process predictor it wraps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ooospec.data.request import Call, Request
+from ooospec.sidecar.join import DroppedSlot, join_rows
+from ooospec.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix,
+                           target_text)
+from ooospec.train import expand_cache
+
+MODES = ("wave", "wave_no_prefix_share", "sequential", "two_waves")
+
+
+@dataclass
+class RowPrediction:
+    key: RowKey
+    text: str
+    new_tokens: int
+    truncated: bool
+
+
+@dataclass
+class WaveResult:
+    """One request's sidecar answer plus what it cost."""
+
+    request_id: str
+    mode: str
+    call: Call | None
+    payload: str | None  # compact JSON of ``call``: what crosses to the target
+    payload_bytes: int
+    latency_s: float
+    prefix_tokens: int
+    rows: list[RowPrediction]
+    forwards: int
+    dropped: list[DroppedSlot] = field(default_factory=list)
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["call"] = None if self.call is None else self.call.to_dict()
+        data["rows"] = [{"kind": r.key.kind, "function": r.key.function, "parameter": r.key.parameter,
+                         "text": r.text, "new_tokens": r.new_tokens, "truncated": r.truncated} for r in self.rows]
+        return data
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of one prompt piece, without special tokens (pieces are concatenated as ids)."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@dataclass
+class _Generation:
+    texts: list[str]
+    new_tokens: list[int]
+    truncated: list[bool]
+    forwards: int
+
+
+class SlotPredictor:
+    """Sidecar base (+ frozen adapter, merged) answering slot rows greedily."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, prompt: SlotPromptConfig = SlotPromptConfig(),
+                 max_new_tokens: int = 32, eos_token_ids: list[int] | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.prompt = prompt
+        self.max_new_tokens = max_new_tokens
+        self.eos = set(eos_token_ids or [tokenizer.eos_token_id])
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        # every target starts with a space; the generated tail is decoded after it
+        self._answer_lead = target_text("")
+
+    # ------------------------------------------------------------ greedy row generation
+
+    @torch.no_grad()
+    def prefix_cache(self, prefix_ids: list[int]) -> Any:
+        """KV cache of the shared prefix (batch 1); reusable, expanding it never mutates it."""
+        return self.model(input_ids=torch.tensor([prefix_ids]), use_cache=True, logits_to_keep=1).cache
+
+    @torch.no_grad()
+    def generate_rows(self, prefix_ids: list[int], questions: list[list[int]], share_prefix: bool = True,
+                      prefix_cache: Any = None) -> _Generation:
+        """Greedy answers of ``questions`` after one prefix, as one shrinking batch.
+
+        With ``share_prefix`` the prefix runs once (or not at all when ``prefix_cache`` is given);
+        without it, every row carries the whole prefix (the no-sharing ablation).
+        """
+        batch = len(questions)
+        if share_prefix:
+            forwards = 0
+            if prefix_cache is None:
+                prefix_cache, forwards = self.prefix_cache(prefix_ids), 1
+            cache = expand_cache(prefix_cache, batch)
+            seqs, base = questions, len(prefix_ids)
+        else:
+            cache, seqs, base, forwards = None, [prefix_ids + q for q in questions], 0, 0
+        width = max(len(s) for s in seqs)
+        ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        tail_mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, seq in enumerate(seqs):
+            ids[i, width - len(seq):] = torch.tensor(seq)
+            tail_mask[i, width - len(seq):] = 1
+        mask = torch.cat([torch.ones((batch, base), dtype=torch.long), tail_mask], dim=1)
+        positions = (base + tail_mask.cumsum(-1) - 1).clamp(min=base if base else 0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
+                         use_cache=True, logits_to_keep=1)
+        forwards += 1
+        cache = out.cache
+        next_pos = positions[:, -1:] + 1
+        tokens: list[list[int]] = [[] for _ in range(batch)]
+        finished = [False] * batch
+        active = list(range(batch))
+        logits = out.logits[:, -1]
+        for step in range(self.max_new_tokens):
+            chosen = logits.argmax(-1).tolist()
+            still: list[int] = []
+            for row_pos, row in enumerate(active):
+                if chosen[row_pos] in self.eos:
+                    finished[row] = True
+                else:
+                    tokens[row].append(chosen[row_pos])
+                    still.append(row_pos)
+            if not still or step == self.max_new_tokens - 1:
+                break
+            if len(still) < len(active):
+                keep = torch.tensor(still)
+                cache.batch_select_indices(keep)
+                mask, next_pos = mask[keep], next_pos[keep]
+                chosen = [chosen[i] for i in still]
+                active = [active[i] for i in still]
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+            out = self.model(input_ids=torch.tensor(chosen).unsqueeze(1), attention_mask=mask,
+                             position_ids=next_pos, cache=cache, use_cache=True)
+            forwards += 1
+            cache, next_pos = out.cache, next_pos + 1
+            logits = out.logits[:, -1]
+        texts = [self._decode(t) for t in tokens]
+        return _Generation(texts, [len(t) for t in tokens], [not f for f in finished], forwards)
+
+    def _decode(self, token_ids: list[int]) -> str:
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
+        return text[len(self._answer_lead):] if text.startswith(self._answer_lead) else text
+
+    # ------------------------------------------------------------ request-level predictions
+
+    def prefix_ids(self, request: Request) -> list[int]:
+        return encode(self.tokenizer, request_prefix(request, self.prompt))
+
+    def _rows(self, keys: list[RowKey], gen: _Generation) -> list[RowPrediction]:
+        return [RowPrediction(k, t, n, tr) for k, t, n, tr in zip(keys, gen.texts, gen.new_tokens, gen.truncated)]
+
+    def _result(self, request: Request, mode: str, rows: list[RowPrediction], latency: float,
+                prefix_tokens: int, forwards: int) -> WaveResult:
+        answers = {r.key: r.text for r in rows}
+        truncated = frozenset(r.key for r in rows if r.truncated)
+        joined = join_rows(request, answers, truncated)
+        payload = joined.payload
+        return WaveResult(request.id, mode, joined.call, payload, len(payload.encode()) if payload else 0,
+                          latency, prefix_tokens, rows, forwards, joined.dropped, joined.reason)
+
+    def predict_wave(self, request: Request, share_prefix: bool = True) -> WaveResult:
+        """Every online row of ``request`` in one batched greedy generation."""
+        start = time.perf_counter()
+        prefix = self.prefix_ids(request)
+        keys, questions = zip(*online_questions(request))
+        gen = self.generate_rows(prefix, [encode(self.tokenizer, q) for q in questions], share_prefix)
+        latency = time.perf_counter() - start
+        mode = "wave" if share_prefix else "wave_no_prefix_share"
+        return self._result(request, mode, self._rows(list(keys), gen), latency, len(prefix), gen.forwards)
+
+    def predict_sequential(self, request: Request) -> WaveResult:
+        """Ablation: the same rows one at a time (the prefix KV is still computed once).
+
+        Against `predict_wave` this isolates batching; `wave_no_prefix_share` isolates prefix reuse.
+        """
+        start = time.perf_counter()
+        prefix = self.prefix_ids(request)
+        cache = self.prefix_cache(prefix)
+        rows, forwards = [], 1
+        for key, question in online_questions(request):
+            gen = self.generate_rows(prefix, [encode(self.tokenizer, question)], prefix_cache=cache)
+            rows.extend(self._rows([key], gen))
+            forwards += gen.forwards
+        latency = time.perf_counter() - start
+        return self._result(request, "sequential", rows, latency, len(prefix), forwards)
+
+    def predict_two_waves(self, request: Request) -> WaveResult:
+        """Ablation: function index alone, then a second wave with only that function's arguments."""
+        start = time.perf_counter()
+        prefix = self.prefix_ids(request)
+        cache = self.prefix_cache(prefix)
+        index_key, index_question = online_questions(request, functions=[])[0]
+        first = self.generate_rows(prefix, [encode(self.tokenizer, index_question)], prefix_cache=cache)
+        rows = self._rows([index_key], first)
+        forwards = 1 + first.forwards
+        answer = first.texts[0].strip()
+        if answer.isdigit() and int(answer) < len(request.tools) and not first.truncated[0]:
+            chosen = request.tools[int(answer)]["name"]
+            second = online_questions(request, functions=[chosen])[1:]
+            if second:
+                keys, questions = zip(*second)
+                gen = self.generate_rows(prefix, [encode(self.tokenizer, q) for q in questions], prefix_cache=cache)
+                rows.extend(self._rows(list(keys), gen))
+                forwards += gen.forwards
+        latency = time.perf_counter() - start
+        return self._result(request, "two_waves", rows, latency, len(prefix), forwards)
+
+    def predict(self, request: Request, mode: str = "wave") -> WaveResult:
+        if mode == "wave":
+            return self.predict_wave(request)
+        if mode == "wave_no_prefix_share":
+            return self.predict_wave(request, share_prefix=False)
+        if mode == "sequential":
+            return self.predict_sequential(request)
+        if mode == "two_waves":
+            return self.predict_two_waves(request)
+        raise ValueError(f"unknown sidecar mode {mode!r}; one of {MODES}")
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def from_frozen(cls, adapter_dir: Path, profile: str = "cpu", max_new_tokens: int | None = None) -> "SlotPredictor":
+        """The sidecar base of ``profile`` cut to the adapter's layer count, adapter merged.
+
+        ``max_new_tokens`` defaults to the value the adapter was evaluated with.
+        """
+        from ooospec.sidecar.base import load_sidecar_base
+        from ooospec.train import load_frozen_adapter, read_frozen
+
+        record = read_frozen(adapter_dir)
+        if record["config"].get("base") == "tiny":
+            from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+
+            model, tokenizer = tiny_model_and_tokenizer(seed=record["config"]["lora"].get("seed", 0))
+        else:
+            model, tokenizer = load_sidecar_base(profile, record["num_layers"])
+        model = load_frozen_adapter(model, adapter_dir, merge=True)
+        prompt = SlotPromptConfig(**record["prompt"])
+        if max_new_tokens is None:
+            max_new_tokens = record["config"].get("max_new_tokens", 32)
+        return cls(model, tokenizer, prompt, max_new_tokens=max_new_tokens)

@@ -1,0 +1,67 @@
+"""A tiny random Llama and a byte-level tokenizer, built in memory in well under a second.
+
+Mechanism tests (label masking, prefix sharing, wave = sequential) and the notebook's smoke run
+need a causal LM with a real tokenizer but must not depend on downloaded weights; this builds
+both from scratch, deterministically from a seed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TINY_EOS = "<|eos|>"
+# ChatML-like, so prompt functions that go through apply_chat_template work on the tiny model too
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '<|eos|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}"
+)
+
+_CORPUS = [
+    'Tools:\n[0] get_weather: Get the weather.\n  city* (string): City name\nDialogue:\nuser: weather in Paris?\n',
+    'Q: function index\nA: 0\nQ: get_weather.city\nA: "Paris"\nQ: call\nA: {"name":"get_weather","arguments":{}}',
+    "null true false 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ {}[]:,.\"'*()|<>-_/?!",
+    "system: user: assistant: integer number boolean array object one of",
+]
+
+
+def tiny_tokenizer(vocab_size: int = 320):
+    """Byte-level BPE trained on a few prompt-shaped lines; every byte string stays encodable."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[TINY_EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=TINY_EOS, pad_token=TINY_EOS)
+    fast.chat_template = TINY_CHAT_TEMPLATE
+    return fast
+
+
+def tiny_llama(vocab_size: int, seed: int = 0, layers: int = 2, hidden: int = 64, embed_scale: float = 4.0):
+    """A randomly initialised 2-layer Llama (the SmolLM2 architecture, scaled down).
+
+    The tied embedding is scaled up so next-token distributions are peaked, as in a trained LM;
+    with the default 0.02 init every logit is near zero and a LoRA barely moves the loss.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(embed_scale)
+    model.eval()
+    return model
+
+
+def tiny_model_and_tokenizer(seed: int = 0, layers: int = 2, hidden: int = 64):
+    tokenizer = tiny_tokenizer()
+    model = tiny_llama(len(tokenizer), seed=seed, layers=layers, hidden=hidden)
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer

@@ -1,0 +1,306 @@
+"""The sidecar stage: kept calls -> slot rows -> LoRA on the (cut) sidecar base -> dev check -> frozen.
+
+Rows come from teacher traces (the paper's recipe); while no traces exist for a split, the
+split's first gold calls stand in and the record says so (``calls_origin``). Requests whose
+compact prefix exceeds ``max_prefix_tokens`` are left out of training (counted, not silent): the
+sidecar's cost grows with the prefix, and so does training time on CPU.
+
+A committed adapter (``artifacts/committed/adapters/<name>/``) trained with the same config is
+reused instead of retraining, so ``make reproduce`` fits its time budget; a different config
+trains into its own keyed stage directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ooospec.data.request import Request
+from ooospec.paths import artifacts_dir
+from ooospec.sidecar.metrics import score_to_dict, score_wave, summarize
+from ooospec.sidecar.predictor import SlotPredictor, encode
+from ooospec.slots import (CallSelection, SlotPromptConfig, SlotRow, build_rows, calls_from_gold, calls_from_traces,
+                           request_prefix, row_counts, write_rows)
+from ooospec.stage import Stage, append_jsonl, config_key
+from ooospec.train import (AdapterRun, Branch, LoraTrainConfig, TrainExample, attach_lora, freeze_adapter,
+                           mean_completion_nll, read_frozen, save_loss_curve, train_lora, update_frozen_record)
+
+STAGE_NAME = "sidecar"
+SAMPLE_REQUESTS = 3  # rows of this many requests per split are kept with a committed adapter
+
+
+@dataclass
+class SidecarConfig:
+    """What determines the sidecar adapter; its hash keys the stage directory."""
+
+    profile: str = "cpu"
+    base: str = "profile"  # "profile": the profile's sidecar_base role; "tiny": a random 2-layer model (smoke)
+    num_layers: int | None = None  # all 30: a cut SmolLM2 is far from calibrated (see sidecar.sweep)
+    train_requests: int | None = 200
+    dev_requests: int | None = 60
+    calls: str = "teacher"  # "teacher" (gold stands in while no traces exist) or "gold"
+    max_prefix_tokens: int = 640
+    max_new_tokens: int = 32
+    threads: int = 1
+    prompt: dict[str, Any] = field(default_factory=lambda: SlotPromptConfig().to_dict())
+    lora: dict[str, Any] = field(default_factory=lambda: LoraTrainConfig(lr=1e-3).to_dict())
+
+    def key(self) -> str:
+        return config_key(asdict(self))
+
+    @property
+    def committed_name(self) -> str:
+        layers = "all" if self.num_layers is None else self.num_layers
+        return f"sidecar-{self.profile}-k{layers}"
+
+
+def committed_adapters_dir() -> Path:
+    return artifacts_dir() / "committed" / "adapters"
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_requests(split: str) -> list[Request]:
+    from ooospec.data import load_split
+
+    return load_split(split)
+
+
+def teacher_traces(requests: list[Request], profile: str) -> tuple[list[dict[str, Any]], str] | None:
+    """Committed teacher traces of these requests (same id and prompt hash), or None while absent.
+
+    Only traces that already exist are used: tracing is the teacher stage's job (10-20 s per
+    request on CPU), never a side effect of training the sidecar.
+    """
+    from ooospec.teacher import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, committed_records, profile_teacher_settings
+
+    committed = committed_records(profile_teacher_settings(profile, DEFAULT_MAX_NEW_TOKENS, DEFAULT_BATCH_SIZE))
+    records = [committed[(r.id, r.prompt_hash)] for r in requests if (r.id, r.prompt_hash) in committed]
+    if not records:
+        return None
+    sets = sorted({str(r.get("origin", "committed")) for r in records})
+    return records, f"{len(records)} committed teacher traces ({', '.join(sets)})"
+
+
+def select_calls(requests: list[Request], split: str, cfg: SidecarConfig) -> tuple[CallSelection, str]:
+    """Kept calls and their origin label ("teacher:<file>" or "gold (...)")."""
+    if cfg.calls == "teacher":
+        traces = teacher_traces(requests, cfg.profile)
+        if traces is not None:
+            records, label = traces
+            return calls_from_traces(requests, records, label), f"teacher: {label}"
+        return calls_from_gold(requests), "gold (fallback: no teacher traces for this split yet)"
+    if cfg.calls == "gold":
+        return calls_from_gold(requests), "gold"
+    raise ValueError(f"SidecarConfig.calls must be 'teacher' or 'gold', got {cfg.calls!r}")
+
+
+def subset(selection: CallSelection, limit: int | None, seed: int) -> CallSelection:
+    kept = sorted(selection.kept, key=lambda k: k.request_id)
+    random.Random(seed).shuffle(kept)
+    out = CallSelection(kept=kept if limit is None else kept[:limit], dropped=selection.dropped.copy())
+    if limit is not None and len(kept) > limit:
+        out.dropped["beyond subset limit"] += len(kept) - limit
+    return out
+
+
+def rows_to_examples(rows: list[SlotRow], tokenizer: Any, eos_id: int) -> list[TrainExample]:
+    """One multi-branch example per request: the shared prefix, one branch per row."""
+    by_request: dict[str, list[SlotRow]] = {}
+    for row in rows:
+        by_request.setdefault(row.request_id, []).append(row)
+    examples = []
+    for request_id, group in by_request.items():
+        branches = [Branch(encode(tokenizer, r.question), encode(tokenizer, r.target) + [eos_id]) for r in group]
+        examples.append(TrainExample(request_id, encode(tokenizer, group[0].prefix), branches))
+    return examples
+
+
+def drop_long_prefixes(requests: dict[str, Request], selection: CallSelection, tokenizer: Any,
+                       prompt: SlotPromptConfig, max_tokens: int) -> CallSelection:
+    kept = []
+    out = CallSelection(dropped=selection.dropped.copy())
+    for k in selection.kept:
+        if len(encode(tokenizer, request_prefix(requests[k.request_id], prompt))) > max_tokens:
+            out.dropped[f"prefix longer than {max_tokens} tokens"] += 1
+        else:
+            kept.append(k)
+    out.kept = kept
+    return out
+
+
+# ---------------------------------------------------------------- the stage
+
+
+def load_base(cfg: SidecarConfig) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+    if cfg.base == "tiny":
+        from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+
+        model, tokenizer = tiny_model_and_tokenizer(seed=cfg.lora.get("seed", 0))
+        return model, tokenizer, {"model": "tiny random llama (smoke)", "num_layers": model.config.num_hidden_layers}
+    from ooospec.sidecar.base import load_sidecar_base
+
+    model, tokenizer = load_sidecar_base(cfg.profile, cfg.num_layers)
+    loaded = getattr(model, "loaded_from", None)
+    info = {"model": getattr(loaded, "name", "sidecar_base"), "location": getattr(loaded, "location", None),
+            "num_layers": model.config.num_hidden_layers}
+    return model, tokenizer, info
+
+
+def find_finished(cfg: SidecarConfig) -> AdapterRun | None:
+    """A frozen adapter for exactly this config: the stage's own, else a committed one."""
+    stage = Stage(STAGE_NAME, asdict(cfg))
+    if stage.done:
+        adapter = stage.path("adapter")
+        return AdapterRun(adapter, read_frozen(adapter), "stage")
+    committed = committed_adapters_dir() / cfg.committed_name / "adapter"
+    if (committed / "FROZEN.json").exists():
+        record = read_frozen(committed)
+        if record.get("config_key") == cfg.key():
+            return AdapterRun(committed, record, "committed")
+    return None
+
+
+def evaluate_dev(predictor: SlotPredictor, requests: dict[str, Request], selection: CallSelection,
+                 out_path: Path | None = None) -> dict[str, Any]:
+    """Wave predictions on the fixed dev subset, scored against the kept calls."""
+    from tqdm import tqdm
+
+    scores = []
+    if out_path is not None and out_path.exists():
+        out_path.unlink()
+    for kept in tqdm(selection.kept, desc="sidecar dev", unit="req"):
+        request = requests[kept.request_id]
+        result = predictor.predict_wave(request)
+        score = score_wave(request, kept.call, result)
+        scores.append(score)
+        if out_path is not None:
+            append_jsonl(out_path, [{"reference": kept.call.to_dict(), "score": score_to_dict(score), **result.to_dict()}])
+    return summarize(scores)
+
+
+def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None = None,
+                  force: bool = False, progress: Callable[[str], None] = print) -> AdapterRun:
+    """Build rows, train, evaluate on dev, freeze; or reuse a finished adapter of the same config.
+
+    ``requests`` ({"train": [...], "dev": [...]}) replaces the data splits (tests).
+    """
+    if not force:
+        found = find_finished(cfg)
+        if found is not None:
+            progress(f"sidecar: reusing {found.reused} adapter {found.adapter_dir}")
+            return found
+    started = time.perf_counter()
+    torch.set_num_threads(cfg.threads)
+    stage = Stage(STAGE_NAME, asdict(cfg))
+    prompt = SlotPromptConfig(**cfg.prompt)
+    lora = LoraTrainConfig(**cfg.lora)
+    splits = requests or {"train": load_requests("train"), "dev": load_requests("dev")}
+    model, tokenizer, base_info = load_base(cfg)
+    eos_id = tokenizer.eos_token_id
+    by_id = {r.id: r for split in splits.values() for r in split}
+
+    selections, origins, rows, counts = {}, {}, {}, {}
+    for split, limit in (("train", cfg.train_requests), ("dev", cfg.dev_requests)):
+        selection, origins[split] = select_calls(splits[split], split, cfg)
+        selection = drop_long_prefixes(by_id, selection, tokenizer, prompt, cfg.max_prefix_tokens)
+        selections[split] = subset(selection, limit, lora.seed)
+        rows[split] = build_rows(splits[split], selections[split], prompt)
+        write_rows(stage.path(f"rows_{split}.jsonl"), rows[split])
+        sample_ids = {k.request_id for k in selections[split].kept[:SAMPLE_REQUESTS]}
+        write_rows(stage.path(f"rows_{split}_sample.jsonl"), [r for r in rows[split] if r.request_id in sample_ids])
+        counts[split] = {**row_counts(rows[split]), "split_requests": len(splits[split]),
+                         "dropped": dict(selections[split].dropped)}
+    (stage.path("counts.json")).write_text(json.dumps({"counts": counts, "origins": origins}, indent=2))
+    progress(f"sidecar: rows train {counts['train']['total']} dev {counts['dev']['total']} ({origins['train']})")
+
+    train_examples = rows_to_examples(rows["train"], tokenizer, eos_id)
+    dev_examples = rows_to_examples(rows["dev"], tokenizer, eos_id)
+    model = attach_lora(model, lora)
+    result = train_lora(model, train_examples, lora, tokenizer.pad_token_id, work_dir=stage.dir, desc="sidecar lora")
+    save_loss_curve(result.loss_log, stage.path("loss.json"), stage.path("loss.png"),
+                    f"sidecar LoRA ({base_info['num_layers']} layers)")
+    record = {
+        "name": cfg.committed_name, "config": asdict(cfg), "config_key": cfg.key(), "num_layers": base_info["num_layers"],
+        "prompt": prompt.to_dict(), "base": base_info, "calls_origin": origins, "row_counts": counts,
+        "train": result.to_dict(), "provenance": _provenance(),
+    }
+    freeze_adapter(model, stage.path("adapter"), record)
+    # the dev check runs the adapter as it is served: merged into the base weights
+    model = model.merge_and_unload().eval()
+    predictor = SlotPredictor(model, tokenizer, prompt, max_new_tokens=cfg.max_new_tokens)
+    dev = evaluate_dev(predictor, by_id, selections["dev"], stage.path("dev_predictions.jsonl"))
+    dev["completion_nll"] = round(mean_completion_nll(model, dev_examples, tokenizer.pad_token_id, lora), 4)
+    wall = round(time.perf_counter() - started, 1)
+    update_frozen_record(stage.path("adapter"), dev_metrics=dev, wall_s=wall)
+    (stage.path("checkpoint.pt")).unlink(missing_ok=True)
+    stage.mark_done(adapter=str(stage.path("adapter")), dev_metrics=dev, wall_s=wall)
+    return AdapterRun(stage.path("adapter"), read_frozen(stage.path("adapter")), None)
+
+
+def _provenance() -> dict[str, Any]:
+    import platform
+
+    import peft
+    import transformers
+
+    data = {}
+    for split in ("train", "dev"):
+        path = artifacts_dir() / "data" / f"{split}.jsonl"
+        data[split] = file_sha256(path) if path.exists() else None
+    return {"data_sha256": data, "torch": torch.__version__, "transformers": transformers.__version__,
+            "peft": peft.__version__, "python": platform.python_version(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+# ---------------------------------------------------------------- presets
+
+
+PRESETS = {
+    # the committed adapter's config (reused by `make reproduce`)
+    "full": SidecarConfig(),
+    # a retrain that fits the cpu profile's 30-minute budget together with teacher and tool LoRA
+    "budget": SidecarConfig(train_requests=40, dev_requests=20),
+    # a random 2-layer base on a handful of requests: exercises every step in seconds
+    "smoke": SidecarConfig(base="tiny", train_requests=4, dev_requests=2, max_new_tokens=4, max_prefix_tokens=100_000),
+}
+
+
+def sidecar_config(preset: str = "full", profile: str = "cpu", num_layers: int | None = None,
+                   train_requests: int | None = None, epochs: int | None = None, seed: int | None = None) -> SidecarConfig:
+    """A preset with the notebook's overrides applied (None keeps the preset's value)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown sidecar preset {preset!r}; one of {sorted(PRESETS)}")
+    base = PRESETS[preset]
+    lora = dict(base.lora)
+    if epochs is not None:
+        lora["epochs"] = epochs
+    if seed is not None:
+        lora["seed"] = seed
+    return SidecarConfig(**{**asdict(base), "profile": profile, "lora": lora,
+                            "num_layers": base.num_layers if num_layers is None else num_layers,
+                            "train_requests": base.train_requests if train_requests is None else train_requests})
+
+
+def split_row_counts(cfg: SidecarConfig, splits: dict[str, list[Request]] | None = None) -> dict[str, dict[str, Any]]:
+    """Row counts over the whole splits (no model needed), to set next to the paper's totals."""
+    prompt = SlotPromptConfig(**cfg.prompt)
+    splits = splits or {"train": load_requests("train"), "dev": load_requests("dev")}
+    counts = {}
+    for split, requests in splits.items():
+        selection, origin = select_calls(requests, split, cfg)
+        counts[split] = {**row_counts(build_rows(requests, selection, prompt)), "origin": origin,
+                         "dropped": dict(selection.dropped)}
+    return counts

@@ -1,0 +1,103 @@
+"""Slot-wave prediction on tiny random models: wave == sequential == no prefix sharing; the stage end to end."""
+
+import pytest
+import torch
+
+from ooospec.data.request import Call, Request
+from ooospec.sidecar.metrics import score_wave, summarize
+from ooospec.sidecar.predictor import SlotPredictor, encode
+from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+from ooospec.sidecar.training import SidecarConfig, rows_to_examples, train_sidecar
+from ooospec.slots import calls_from_gold, build_rows, expand_call
+from ooospec.train import LoraTrainConfig, train_lora
+
+torch.set_num_threads(1)
+
+TOOLS = [
+    {"name": "get_weather", "description": "Get the weather",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+                    "required": ["city"]}},
+    {"name": "get_time", "description": "Get the time",
+     "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}},
+]
+
+
+def request(rid="r1", city="Paris", text=None):
+    return Request(rid, "test", "train", [{"role": "user", "content": text or f"weather in {city}?"}], TOOLS,
+                   [Call("get_weather", {"city": city})])
+
+
+def test_wave_rows_equal_sequential_rows_on_a_random_model():
+    model, tokenizer = tiny_model_and_tokenizer(seed=5)
+    with torch.no_grad():  # sharper logits than the default init: distinct, varied greedy outputs
+        for p in model.parameters():
+            p.mul_(8.0)
+    predictor = SlotPredictor(model, tokenizer, max_new_tokens=6)
+    req = request(text="weather in Paris, please, in celsius?")
+    wave = predictor.predict_wave(req)
+    seq = predictor.predict_sequential(req)
+    unshared = predictor.predict_wave(req, share_prefix=False)
+    texts = [(r.key, r.text, r.truncated) for r in wave.rows]
+    assert len(texts) == 4
+    assert texts == [(r.key, r.text, r.truncated) for r in seq.rows]
+    assert texts == [(r.key, r.text, r.truncated) for r in unshared.rows]
+    assert len({t for _, t, _ in texts}) > 1  # not a degenerate constant output
+    assert wave.forwards < seq.forwards
+
+
+def memorized_predictor():
+    """A tiny model fully fine-tuned on two requests' rows until it answers them exactly."""
+    model, tokenizer = tiny_model_and_tokenizer(seed=6)
+    reqs = [request("a", "Paris"), request("b", "Oslo")]
+    rows = build_rows(reqs, calls_from_gold(reqs))
+    examples = rows_to_examples(rows, tokenizer, tokenizer.eos_token_id)
+    cfg = LoraTrainConfig(lr=1e-2, dropout=0.0, epochs=60, step_completion_tokens=1, warmup_frac=0.0)
+    train_lora(model.train(), examples, cfg, tokenizer.pad_token_id)  # all weights trainable: memorize
+    return SlotPredictor(model, tokenizer, max_new_tokens=12), reqs
+
+
+def test_all_modes_join_the_memorized_call():
+    predictor, reqs = memorized_predictor()
+    for req in reqs:
+        results = {mode: predictor.predict(req, mode) for mode in ("wave", "wave_no_prefix_share", "sequential", "two_waves")}
+        expected = req.gold[0].compact()
+        assert {mode: r.payload for mode, r in results.items()} == dict.fromkeys(results, expected)
+        assert results["wave"].payload_bytes == len(expected.encode())
+        assert len(results["two_waves"].rows) == 3  # index + the chosen function's two arguments
+        assert len(results["wave"].rows) == 4
+        score = score_wave(req, req.gold[0], results["wave"])
+        assert score.function_correct and score.call_exact and score.argument_correct == 3
+    summary = summarize(score_wave(r, r.gold[0], predictor.predict_wave(r)) for r in reqs)
+    assert summary["whole_call_exact_match"] == 1.0 and summary["null_recall"] == 1.0
+
+
+def test_scores_count_wrong_values_and_nulls():
+    predictor, reqs = memorized_predictor()
+    other = Call("get_weather", {"city": "Rome", "unit": "c"})  # the model says Paris and null
+    score = score_wave(reqs[0], other, predictor.predict_wave(reqs[0]))
+    assert score.function_correct and not score.call_exact
+    assert (score.value_rows, score.value_correct) == (2, 0)
+    assert (score.null_reference, score.null_predicted, score.null_true_pos) == (1, 2, 1)
+
+
+def test_sidecar_stage_on_a_tiny_base_trains_freezes_and_reuses(tmp_path, monkeypatch):
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    splits = {"train": [request(f"t{i}", c) for i, c in enumerate(["Paris", "Oslo", "Rome", "Lima"])],
+              "dev": [request("d0", "Bern")]}
+    cfg = SidecarConfig(base="tiny", calls="gold", train_requests=3, dev_requests=None, max_new_tokens=4,
+                        lora=LoraTrainConfig(lr=1e-3, checkpoint_every=1).to_dict())
+    run = train_sidecar(cfg, requests=splits, progress=lambda _: None)
+    assert run.reused is None and run.record["row_counts"]["train"]["requests"] == 3
+    assert run.record["row_counts"]["train"]["dropped"] == {"beyond subset limit": 1}
+    assert run.record["calls_origin"]["train"] == "gold" and run.dev_metrics["requests"] == 1
+    assert run.loss_png.exists() and len(run.loss_log) == run.record["train"]["steps"]
+    again = train_sidecar(cfg, requests=splits, progress=lambda _: None)
+    assert again.reused == "stage" and again.record["sha256"] == run.record["sha256"]
+
+
+def test_prefix_tokens_are_the_training_prefix():
+    model, tokenizer = tiny_model_and_tokenizer(seed=7)
+    req = request()
+    row = expand_call(req, req.gold[0])[0]
+    predictor = SlotPredictor(model, tokenizer)
+    assert predictor.prefix_ids(req) == encode(tokenizer, row.prefix)

@@ -1,0 +1,81 @@
+"""The committed adapters still match what the code derives today.
+
+`make reproduce` reuses the adapters under ``artifacts/committed/adapters/`` instead of training
+them; these tests re-derive a small slice and compare: the slot rows of a few training requests
+(from the current data and prompt code), the sidecar's wave on two dev requests, and the tool
+target's greedy output on one dev request (real SmolLM2, seconds).
+"""
+
+import json
+
+import pytest
+import torch
+
+from ooospec.paths import REPO_ROOT
+from ooospec.sidecar.training import PRESETS, committed_adapters_dir, select_calls
+from ooospec.slots import SlotPromptConfig, build_rows, read_rows
+from ooospec.train import read_frozen, tool_adapter_committed_dir
+
+torch.set_num_threads(1)
+COMMITTED = REPO_ROOT / "artifacts" / "committed" / "adapters"
+
+
+@pytest.fixture(scope="module")
+def sidecar_dir():
+    path = COMMITTED / PRESETS["full"].committed_name
+    assert (path / "adapter" / "FROZEN.json").exists(), f"{path}: the full preset's sidecar adapter is not committed"
+    return path
+
+
+def test_committed_sidecar_is_the_full_preset_and_verifies(sidecar_dir):
+    record = read_frozen(sidecar_dir / "adapter")
+    assert record["config_key"] == PRESETS["full"].key()
+    assert committed_adapters_dir().name == "adapters"
+    assert record["dev_metrics"]["requests"] > 0 and (sidecar_dir / "loss.png").exists()
+
+
+def test_committed_rows_rederive_from_current_data(sidecar_dir):
+    from ooospec.data import load_split
+
+    record = read_frozen(sidecar_dir / "adapter")
+    stored = list(read_rows(sidecar_dir / "rows_train_sample.jsonl"))
+    ids = {row.request_id for row in stored}
+    requests = [r for r in load_split("train") if r.id in ids]
+    assert len(requests) == len(ids), "a committed training request is no longer in the train split"
+    selection, _ = select_calls(requests, "train", PRESETS["full"])
+    selection.kept = [k for k in selection.kept if k.request_id in ids]
+    rows = build_rows(requests, selection, SlotPromptConfig(**record["prompt"]))
+    key = lambda r: (r.request_id, r.kind, r.function or "", r.parameter or "")  # noqa: E731
+    assert sorted(rows, key=key) == sorted(stored, key=key)
+
+
+@pytest.mark.slow
+def test_committed_sidecar_reproduces_its_dev_waves(sidecar_dir):
+    from ooospec.data import load_split
+    from ooospec.sidecar.predictor import SlotPredictor
+
+    stored = [json.loads(line) for line in (sidecar_dir / "dev_predictions.jsonl").read_text().splitlines()[:2]]
+    dev = {r.id: r for r in load_split("dev")}
+    predictor = SlotPredictor.from_frozen(sidecar_dir / "adapter")
+    for record in stored:
+        wave = predictor.predict_wave(dev[record["request_id"]])
+        assert [row.text for row in wave.rows] == [row["text"] for row in record["rows"]]
+        assert wave.payload == record["payload"]
+
+
+@pytest.mark.slow
+def test_committed_tool_adapter_reproduces_a_dev_output():
+    from ooospec.data import load_split
+    from ooospec.tool_lora import PRESETS as TOOL_PRESETS, greedy_text, load_parts
+    from ooospec.train import load_frozen_adapter
+
+    adapter = tool_adapter_committed_dir()
+    record = read_frozen(adapter)
+    assert record["config_key"] == TOOL_PRESETS["full"].key()
+    first = json.loads((adapter.parent / "dev_outputs.jsonl").read_text().splitlines()[0])
+    request = next(r for r in load_split("dev") if r.id == first["id"])
+    parts = load_parts(TOOL_PRESETS["full"])
+    parts.model = load_frozen_adapter(parts.model, adapter, merge=True)
+    text, _ = greedy_text(parts.model, parts.tokenizer, parts.prompt_ids(request), parts.eos_id,
+                          TOOL_PRESETS["full"].max_new_tokens)
+    assert text == first["text"]

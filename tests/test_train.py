@@ -1,0 +1,148 @@
+"""LoRA SFT mechanics on a tiny random Llama: label masking, prefix sharing, training, resume, freezing."""
+
+import torch
+import pytest
+
+from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+from ooospec.train import (IGNORE_INDEX, Branch, LoraTrainConfig, TrainExample, Unit, attach_lora, batch_nll,
+                           completion_labels, directory_sha256, freeze_adapter, length_groups, load_frozen_adapter, plan_steps,
+                           plan_units, read_frozen, save_loss_curve, shared_prefix_nll, train_lora)
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_model_and_tokenizer(seed=1)
+
+
+def manual_completion_nll(model, prompt, completion):
+    """Reference: full forward, sum -log p over exactly the completion tokens."""
+    ids = torch.tensor([prompt + completion])
+    logp = model(input_ids=ids).logits[0].float().log_softmax(-1)
+    return -sum(logp[len(prompt) + i - 1, tok] for i, tok in enumerate(completion))
+
+
+def test_completion_labels_mask_every_prompt_position():
+    assert completion_labels(3, [7, 8]) == [IGNORE_INDEX] * 3 + [7, 8]
+
+
+def test_no_prompt_token_contributes_to_the_loss(tiny):
+    model, _ = tiny
+    prompt, completion = [5, 6, 7, 8, 9, 10], [11, 12, 13]
+    example = TrainExample.single("x", prompt, completion)
+    torch.testing.assert_close(batch_nll(model, [example], pad_id=0), manual_completion_nll(model, prompt, completion))
+    # gradient reaches the logits only at positions that predict a completion token
+    captured = {}
+
+    def keep_logits(module, args, output):
+        output.retain_grad()
+        captured["logits"] = output
+
+    handle = model.lm_head.register_forward_hook(keep_logits)
+    try:
+        batch_nll(model, [example], pad_id=0).backward()
+    finally:
+        handle.remove()
+        model.zero_grad(set_to_none=True)
+    logits = captured["logits"]
+    first = len(prompt) + len(completion) - logits.shape[1]  # absolute position of the first kept logit
+    touched = [first + j for j in range(logits.shape[1]) if logits.grad[0, j].abs().sum() > 0]
+    assert touched == [len(prompt) - 1 + i for i in range(len(completion))]
+
+
+def test_padding_in_a_batch_does_not_change_the_loss(tiny):
+    model, _ = tiny
+    a = TrainExample.single("a", [5, 6, 7], [8, 9])
+    b = TrainExample.single("b", [5, 6, 7, 20, 21, 22, 23], [24])
+    together = batch_nll(model, [a, b], pad_id=0)
+    apart = batch_nll(model, [a], 0) + batch_nll(model, [b], 0)
+    torch.testing.assert_close(together, apart, rtol=1e-5, atol=1e-5)
+
+
+def test_shared_prefix_loss_and_gradient_equal_separate_rows(tiny):
+    model, _ = tiny
+    prefix = list(range(30, 60))
+    branches = [Branch([61, 62], [63, 64, 65]), Branch([66], [67]), Branch([68, 69, 70], [71, 72])]
+    assert [len(g) for g in length_groups(branches)] == [1, 2]  # the prefix KV serves two branch batches
+    shared = shared_prefix_nll(model, prefix, branches, pad_id=0)
+    g_shared = torch.autograd.grad(shared, model.model.layers[0].self_attn.q_proj.weight)[0]
+    separate = sum(manual_completion_nll(model, prefix + b.prompt_ids, b.completion_ids) for b in branches)
+    g_separate = torch.autograd.grad(separate, model.model.layers[0].self_attn.q_proj.weight)[0]
+    torch.testing.assert_close(shared, separate, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(g_shared, g_separate, rtol=1e-4, atol=1e-5)
+
+
+def test_units_bucket_by_length_and_order_is_seeded():
+    cfg = LoraTrainConfig(batch_size=2, max_batch_tokens=100)
+    singles = [TrainExample.single(str(n), [1] * n, [2]) for n in (30, 5, 29, 6)]
+    grouped = TrainExample("g", [1] * 10, [Branch([3], [4])] * 5)
+    units = plan_units(singles + [grouped], cfg, seed=0)
+    batches = sorted(sorted(ex.id for ex in u.examples) for u in units if not u.shared)
+    assert batches == [["29", "30"], ["5", "6"]]
+    assert sum(u.shared for u in units) == 1
+    assert [u.examples[0].id for u in plan_units(singles, cfg, 3)] == [u.examples[0].id for u in plan_units(singles, cfg, 3)]
+    assert isinstance(units[0], Unit)
+    steps = plan_steps(singles, LoraTrainConfig(batch_size=1, step_completion_tokens=2, epochs=2))
+    assert len(steps) == 4 and all(len(s) == 2 for s in steps)
+
+
+def small_examples(tokenizer):
+    enc = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    eos = tokenizer.eos_token_id
+    prefix = enc("Tools:\n[0] get_weather: Get the weather.\nDialogue:\nuser: weather in Paris?\n")
+    return [
+        TrainExample("r1", prefix, [Branch(enc("Q: function index\nA:"), enc(" 0") + [eos]),
+                                    Branch(enc("Q: get_weather.city\nA:"), enc(' "Paris"') + [eos])]),
+        TrainExample.single("s1", enc("user: time in Oslo?\n"), enc(' {"name":"get_time"}') + [eos]),
+    ]
+
+
+def test_tiny_lora_training_lowers_the_loss(tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer(seed=2)
+    cfg = LoraTrainConfig(lr=2e-2, dropout=0.0, step_completion_tokens=1, epochs=15, warmup_frac=0.0)
+    model = attach_lora(model, cfg)
+    result = train_lora(model, small_examples(tokenizer), cfg, tokenizer.pad_token_id)
+    losses = [e["loss"] for e in result.loss_log]
+    assert result.finished and len(losses) == 30
+    assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:4]) / 4
+    save_loss_curve(result.loss_log, tmp_path / "loss.json", tmp_path / "loss.png", "tiny")
+    assert (tmp_path / "loss.png").stat().st_size > 1000
+
+
+def test_interrupted_training_resumes_to_the_same_adapter(tmp_path):
+    cfg = LoraTrainConfig(lr=1e-2, dropout=0.0, step_completion_tokens=1, epochs=3, checkpoint_every=2)
+
+    def fresh():
+        model, tokenizer = tiny_model_and_tokenizer(seed=3)
+        return attach_lora(model, cfg), tokenizer
+
+    model, tokenizer = fresh()
+    whole = train_lora(model, small_examples(tokenizer), cfg, tokenizer.pad_token_id, work_dir=None)
+    expected = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    model, tokenizer = fresh()
+    part = train_lora(model, small_examples(tokenizer), cfg, tokenizer.pad_token_id, work_dir=tmp_path, stop_after=3)
+    assert not part.finished and part.steps == 3
+    model, tokenizer = fresh()  # a new process: only the checkpoint carries state over
+    resumed = train_lora(model, small_examples(tokenizer), cfg, tokenizer.pad_token_id, work_dir=tmp_path)
+    assert resumed.finished and [e["loss"] for e in resumed.loss_log] == pytest.approx([e["loss"] for e in whole.loss_log], rel=1e-5)
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            torch.testing.assert_close(param, expected[name])
+
+
+def test_frozen_adapter_verifies_its_sha256(tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer(seed=4)
+    model = attach_lora(model, LoraTrainConfig())
+    sha = freeze_adapter(model, tmp_path / "adapter", {"name": "t", "num_layers": 2})
+    record = read_frozen(tmp_path / "adapter")
+    assert record["sha256"] == sha == directory_sha256(tmp_path / "adapter")
+    base, _ = tiny_model_and_tokenizer(seed=4)
+    load_frozen_adapter(base, tmp_path / "adapter", merge=True)
+    weights = tmp_path / "adapter" / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="adapter files changed since freezing"):
+        read_frozen(tmp_path / "adapter")
