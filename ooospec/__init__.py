@@ -7,3 +7,9 @@ and surface formats (`ooospec.models`), teacher traces, slot rows and sidecar tr
 """
 
 __version__ = "0.1.0"
+
+import warnings
+
+# Notebooks run under papermill without ipywidgets: tqdm falls back to text bars, which is what we
+# want in the book; its warning about the missing widget library would only clutter every chapter.
+warnings.filterwarnings("ignore", message="IProgress not found")

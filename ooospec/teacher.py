@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -22,7 +23,8 @@ from typing import Any, Callable, Iterable
 import torch
 from tqdm.auto import tqdm
 
-from ooospec.data.request import Request
+from ooospec.data.request import Call, Request
+from ooospec.models.formats import get_surface
 from ooospec.models.registry import load_profile
 from ooospec.models.surface import SurfaceFormat
 from ooospec.models.target import TargetModel, load_role
@@ -47,6 +49,7 @@ class TeacherRecord:
     call: dict[str, Any] | None
     reason: str | None
     calls_parsed: int
+    syntax: str | None
     prompt_tokens: int
     new_tokens: int
     stopped_on_eos: bool
@@ -64,17 +67,63 @@ class Generation:
     stopped_on_eos: bool
 
 
-def first_valid_call(text: str, request: Request, surface: SurfaceFormat) -> tuple[dict[str, Any] | None, str | None, int]:
-    """(strict call, reason, calls parsed): valid = parses and names a function of the request."""
-    calls = surface.parse(text)
+@dataclass
+class Verdict:
+    """The first valid call of an answer, or why there is none."""
+
+    call: dict[str, Any] | None
+    reason: str | None
+    calls_parsed: int
+    syntax: str | None  # "surface" (the teacher's own format) or "apibank" (API-Request: [...])
+
+
+_API_REQUEST = re.compile(r"API-Request:\s*(.*?)(?:->|\n|$)")
+
+
+def apibank_syntax_calls(text: str, request: Request) -> list[Call]:
+    """Calls written in API-Bank's ``API-Request: [Name(k='v')]`` syntax.
+
+    In API-Bank dialogues the earlier assistant turns hold such lines, and the teacher often
+    continues in that syntax instead of its own format. The call is no less the teacher's call,
+    so it is parsed (and typed against the schema) exactly as the data layer parses gold calls.
+    """
+    from ooospec.data.apibank import parse_api_request, typed_call
+    from ooospec.data.pycall import CallParseError
+
+    calls = []
+    for segment in _API_REQUEST.findall(text):
+        try:
+            parsed = parse_api_request(segment)
+        except (CallParseError, ValueError, SyntaxError):
+            continue
+        calls += [typed_call(name, args, request.tool(name)) for name, args in parsed]
+    return calls
+
+
+def first_valid_call(text: str, request: Request, surface: SurfaceFormat, stopped_on_eos: bool = True) -> Verdict:
+    """Valid = parses and names a function of the request; the surface format first, then API-Bank syntax."""
     known = {tool["name"] for tool in request.tools}
-    for call in calls:
-        if call.name in known:
-            # round-trip through JSON: strict JSON values only, key order kept
-            return {"name": call.name, "arguments": json.loads(json.dumps(call.arguments))}, None, len(calls)
-    if calls:
-        return None, "unknown_function: " + ", ".join(sorted({c.name for c in calls}))[:200], len(calls)
-    return None, "no_call_parsed", 0
+    seen: list[Call] = []
+    for syntax, calls in (("surface", surface.parse(text)), ("apibank", None)):
+        if calls is None:
+            calls = apibank_syntax_calls(text, request)
+        seen += calls
+        for call in calls:
+            if call.name in known:
+                # round-trip through JSON: strict JSON values only, key order kept
+                strict = {"name": call.name, "arguments": json.loads(json.dumps(call.arguments))}
+                return Verdict(strict, None, len(seen), syntax)
+    if seen:
+        return Verdict(None, "unknown_function: " + ", ".join(sorted({c.name for c in seen}))[:200], len(seen), None)
+    return Verdict(None, "no_call_parsed" if stopped_on_eos else "no_call_parsed_truncated", 0, None)
+
+
+def judged(record: dict[str, Any], request: Request, surface: SurfaceFormat) -> dict[str, Any]:
+    """A record's call fields re-derived from its raw text with the current rules (cheap; the
+    raw text is the expensive part), so a reused record never carries a stale verdict."""
+    verdict = first_valid_call(record["raw_text"], request, surface, record["stopped_on_eos"])
+    return {**record, "call": verdict.call, "reason": verdict.reason, "calls_parsed": verdict.calls_parsed,
+            "syntax": verdict.syntax}
 
 
 def generate_greedy(teacher: TargetModel, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
@@ -195,6 +244,12 @@ def stage_records(settings: dict[str, Any], exclude: Path | None = None) -> dict
     return found
 
 
+def judged_records(traces: Path, requests: list[Request], surface: SurfaceFormat) -> list[dict[str, Any]]:
+    """The records of a trace file for ``requests`` (in their order), verdicts re-derived."""
+    by_id = {r["id"]: r for r in read_jsonl(traces)} if traces.exists() else {}
+    return [judged(by_id[r.id], r, surface.for_request(r)) for r in requests if r.id in by_id]
+
+
 @lru_cache(maxsize=1)
 def profile_teacher(profile: str) -> TargetModel:
     """The profile's teacher, loaded once per process (a notebook traces train and dev in turn)."""
@@ -253,7 +308,9 @@ def run_teacher(
     done = done_ids(out)
     todo = [r for r in chosen if r.id not in done]
     known = {**stage_records(settings, exclude=stage.dir), **committed_records(settings)} if reuse else {}
-    reused = [known[(r.id, r.prompt_hash)] for r in todo if (r.id, r.prompt_hash) in known]
+    surface = get_surface(settings["surface"])
+    reused = [judged(known[(r.id, r.prompt_hash)], r, surface.for_request(r)) for r in todo
+              if (r.id, r.prompt_hash) in known]
     append_jsonl(out, reused)
     reused_ids = {r["id"] for r in reused}
     todo = [r for r in todo if r.id not in reused_ids]
@@ -270,12 +327,11 @@ def run_teacher(
         elapsed = time.perf_counter() - began
         records = []
         for request, gen in zip(batch, generations):
-            call, reason, n_calls = first_valid_call(gen.text, request, teacher.surface_for(request))
-            if reason == "no_call_parsed" and not gen.stopped_on_eos:
-                reason = "no_call_parsed_truncated"
+            verdict = first_valid_call(gen.text, request, teacher.surface_for(request), gen.stopped_on_eos)
             records.append(TeacherRecord(
                 id=request.id, source=request.source, benchmark=request.benchmark, prompt_hash=request.prompt_hash,
-                raw_text=gen.text, call=call, reason=reason, calls_parsed=n_calls,
+                raw_text=gen.text, call=verdict.call, reason=verdict.reason, calls_parsed=verdict.calls_parsed,
+                syntax=verdict.syntax,
                 prompt_tokens=len(prompts[request.id]), new_tokens=gen.new_tokens,
                 stopped_on_eos=gen.stopped_on_eos, seconds=round(elapsed / len(batch), 3),
             ).to_dict())
@@ -288,8 +344,7 @@ def run_teacher(
         if on_batch is not None:
             on_batch(generated)
     bar.close()
-    by_id = {r["id"]: r for r in read_jsonl(out)}
-    records = [by_id[r.id] for r in chosen if r.id in by_id]
+    records = judged_records(out, chosen, surface)
     summary = {"requests": len(records), "valid": sum(r["call"] is not None for r in records),
                "generated_now": generated, "reused_committed_now": len(reused),
                "generate_seconds_now": round(seconds, 1), "generated_tokens_now": tokens,
@@ -326,7 +381,9 @@ def validity_table(records: list[dict[str, Any]]):
     frame = pd.DataFrame(rows).fillna(0)
     total = {"source": "all", **frame.drop(columns=["source", "valid_rate"]).sum(numeric_only=True).to_dict()}
     total["valid_rate"] = round(total["valid"] / max(total["requests"], 1), 4)
-    return pd.concat([frame, pd.DataFrame([total])], ignore_index=True)
+    frame = pd.concat([frame, pd.DataFrame([total])], ignore_index=True)
+    counts = [c for c in frame.columns if c not in ("source", "valid_rate")]
+    return frame.astype({c: int for c in counts})
 
 
 def throughput(records: list[dict[str, Any]]) -> dict[str, float]:
@@ -354,16 +411,18 @@ def committed_traces(split: str = "train", profile: str = "cpu", max_new_tokens:
     """
     from ooospec.data import load_split
 
-    committed = committed_records(profile_teacher_settings(profile, max_new_tokens, batch_size))
-    return [committed[(r.id, r.prompt_hash)] for r in subset(load_split(split), None)
+    settings = profile_teacher_settings(profile, max_new_tokens, batch_size)
+    committed = committed_records(settings)
+    surface = get_surface(settings["surface"])
+    return [judged(committed[(r.id, r.prompt_hash)], r, surface.for_request(r)) for r in subset(load_split(split), None)
             if (r.id, r.prompt_hash) in committed]
 
 
-def commit_traces(traces: Path, name: str, config: dict[str, Any], provenance: dict[str, Any]) -> Path:
-    """Copy a trace file under ``artifacts/committed/teacher/<name>/`` with its config and sha256."""
+def commit_traces(records: list[dict[str, Any]], name: str, config: dict[str, Any],
+                  provenance: dict[str, Any]) -> Path:
+    """Write trace records under ``artifacts/committed/teacher/<name>/`` with their config and sha256."""
     target = committed_dir() / name
     target.mkdir(parents=True, exist_ok=True)
-    records = list(read_jsonl(traces))
     with open(target / TRACES_FILE, "w", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps({**record, "origin": "generated"}, ensure_ascii=False) + "\n")
@@ -376,7 +435,6 @@ def commit_traces(traces: Path, name: str, config: dict[str, Any], provenance: d
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
     }, indent=2))
     return target
-
 
 
 def validity_figure(records: list[dict[str, Any]], title: str = "Teacher: first valid call per source"):
@@ -423,15 +481,15 @@ def main(argv: list[str] | None = None) -> None:
         chosen = subset(requests, limit)
         stage = Stage("teacher", {"split": args.split, "limit": limit, "requests": requests_digest(chosen),
                                   "profile": args.profile, "generation": settings})
-        traces = stage.path(TRACES_FILE)
+        records = judged_records(stage.path(TRACES_FILE), chosen, get_surface(settings["surface"]))
     else:
         run = run_teacher(requests, split=args.split, profile=args.profile, limit=limit,
                           max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads)
-        stage, traces = run.stage, run.traces_path
+        stage, records = run.stage, run.records
         print(json.dumps(run.summary, indent=2))
     if args.commit:
         config = json.loads(stage.path("config.json").read_text())
-        where = commit_traces(traces, args.commit, config, {
+        where = commit_traces(records, args.commit, config, {
             "made_by": f"python -m ooospec.teacher {' '.join(argv or __import__('sys').argv[1:])}",
             "stage_dir": str(stage.dir.relative_to(artifacts_dir())),
             "complete": stage.done,

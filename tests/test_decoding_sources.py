@@ -175,8 +175,21 @@ def test_fsm_positions():
     for cut, phase in expectations.items():
         fsm.sync(text[:cut])
         assert fsm.position() == phase, (cut, text[:cut])
-    fsm.sync(text + "\nthen prose")
-    assert fsm.position() == "lost" and fsm.proposals() == []
+    fsm.sync(text + "\nthen prose")  # the text left the call: wait quietly for another one
+    assert fsm.position() == "before" and fsm.proposals() == []
+    fsm.sync(text + "\nthen prose\n``")
+    assert fsm.proposals()[0].text.startswith("`json\n{")
+
+
+def test_fsm_follows_undeclared_keys_to_the_closers():
+    fsm = SchemaFSM(compile_schema(TOOLS, get_surface("llama_json")))
+    fsm.sync('{"name": "get_weather", "parameters": {"town')
+    assert fsm.position() == "key" and fsm.proposals() == []
+    fsm.sync('{"name": "get_weather", "parameters": {"town": "Oslo"')
+    texts = [p.text for p in fsm.proposals(max_drafts=8)]
+    assert ', "city": "' in texts  # the required key is still missing
+    fsm.sync('{"name": "get_weather", "parameters": {"town": "Oslo", "city": "Oslo"')
+    assert "}}" in [p.text for p in fsm.proposals(max_drafts=8)]
 
 
 def test_fsm_proposes_names_then_keys_in_schema_order():
@@ -303,3 +316,31 @@ def test_retrieval_uses_only_earlier_outputs_of_the_run(tokenizer):
     assert drafts and drafts[0].source == "retrieval"
     assert drafts[0].tokens == Result.output_ids[6 : 6 + len(drafts[0].tokens)]
     assert len(drafts) <= 4 and len(drafts[0].tokens) <= 32
+
+
+def test_toolspec_chains_the_scaffold_with_a_retrieved_value(tokenizer):
+    from ooospec.decoding.toolspec import ToolSpec
+
+    surface = get_surface("llama_json")
+    toolspec = ToolSpec(retrieval=CallRetrieval(max_ngram=6, min_ngram=3))
+    earlier = tokenizer.encode(surface.render([CALLS[0]]), add_special_tokens=False) + [tokenizer.eos_token_id]
+
+    class Result:
+        output_ids = earlier
+
+    ctx = context(tokenizer, surface, rid="earlier")
+    toolspec.begin(ctx)
+    toolspec.end(_committed(ctx, earlier), Result())
+
+    ctx = context(tokenizer, surface, rid="now")
+    toolspec.begin(ctx)
+    head = tokenizer.encode('{"name": "get_weather", "parameters": {"', add_special_tokens=False)
+    state = _committed(ctx, head)
+    toolspec.observe(state, head)
+    drafts = toolspec.propose(state)
+    assert drafts[0].source == "fsm" and tokenizer.decode(drafts[0].tokens) == 'city": "'
+    chained = drafts[1]  # right after the best scaffold: it, continued from the memory
+    assert chained.source == "retrieval" and chained.tokens[: len(drafts[0].tokens)] == drafts[0].tokens
+    assert tokenizer.decode(chained.tokens) == 'city": "Paris", "unit": "c"}}' + tokenizer.eos_token
+    toolspec.chain = False
+    assert toolspec.propose(state)[1] != chained

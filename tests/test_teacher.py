@@ -39,11 +39,24 @@ def test_first_valid_call_rules():
     request = _requests(1)[0]
     qwen = get_surface("qwen_fenced_json")
     text = 'Sure.\n```json\n{"name": "search", "arguments": {}}\n```\n```json\n{"name": "math.add", "arguments": {"b": 2, "a": 1}}\n```'
-    call, reason, n = first_valid_call(text, request, qwen)
-    assert call == {"name": "math.add", "arguments": {"b": 2, "a": 1}} and list(call["arguments"]) == ["b", "a"]
-    assert reason is None and n == 2
-    assert first_valid_call('{"name": "search", "arguments": {}}', request, qwen)[:2] == (None, "unknown_function: search")
-    assert first_valid_call("It is sunny in Paris.", request, qwen) == (None, "no_call_parsed", 0)
+    verdict = first_valid_call(text, request, qwen)
+    assert verdict.call == {"name": "math.add", "arguments": {"b": 2, "a": 1}}
+    assert list(verdict.call["arguments"]) == ["b", "a"]
+    assert verdict.reason is None and verdict.calls_parsed == 2 and verdict.syntax == "surface"
+    unknown = first_valid_call('{"name": "search", "arguments": {}}', request, qwen)
+    assert (unknown.call, unknown.reason) == (None, "unknown_function: search")
+    assert first_valid_call("It is sunny in Paris.", request, qwen).reason == "no_call_parsed"
+    assert first_valid_call("It is sunny in", request, qwen, stopped_on_eos=False).reason == "no_call_parsed_truncated"
+
+
+def test_calls_in_apibank_syntax_count_and_are_typed_by_the_schema():
+    request = _requests(1)[0]
+    qwen = get_surface("qwen_fenced_json")
+    text = "API-Request: [math.add(a='1', b='2')]->{'result': 3}"
+    verdict = first_valid_call(text, request, qwen)
+    assert verdict.call == {"name": "math.add", "arguments": {"a": 1, "b": 2}} and verdict.syntax == "apibank"
+    assert first_valid_call("API-Request: [Unknown(x='1')]", request, qwen).reason == "unknown_function: Unknown"
+    assert first_valid_call("API-Request: [broken(", request, qwen).reason == "no_call_parsed"
 
 
 def test_teacher_resumes_after_interruption(tmp_path, monkeypatch, tiny_teacher):
@@ -86,7 +99,7 @@ def test_committed_traces_are_reused_and_checked(tmp_path, monkeypatch, tiny_tea
     monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     first = _run(tiny_teacher, requests, limit=3, batch_size=1)
     config = json.loads(first.stage.path("config.json").read_text())
-    committed = commit_traces(first.traces_path, "tiny", config, {"note": "test"})
+    committed = commit_traces(first.records, "tiny", config, {"note": "test"})
     run = _run(tiny_teacher, requests, limit=None, batch_size=1)  # another stage key
     assert run.reused == 3 and run.generated == 2
     origins = {r["id"]: r["origin"] for r in run.records}

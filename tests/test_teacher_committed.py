@@ -43,9 +43,8 @@ def test_committed_calls_follow_from_their_raw_text():
         for record in read_jsonl(folder / TRACES_FILE):
             request = requests[record["id"]]
             assert request.prompt_hash == record["prompt_hash"], record["id"]
-            call, reason, _ = first_valid_call(record["raw_text"], request, surface)
-            assert call == record["call"], record["id"]
-            assert (reason or "").split(":")[0] == (record["reason"] or "").split(":")[0].replace("_truncated", "")
+            verdict = first_valid_call(record["raw_text"], request, surface.for_request(request), record["stopped_on_eos"])
+            assert (verdict.call, verdict.reason) == (record["call"], record["reason"]), record["id"]
 
 
 @pytest.mark.slow
@@ -63,4 +62,4 @@ def test_teacher_rederives_a_committed_slice():
         request = next(r for r in load_split(split) if r.id == record["id"])
         (generation,) = generate_greedy(teacher, [teacher.prompt_ids(request)], DEFAULT_MAX_NEW_TOKENS)
         assert generation.text == record["raw_text"], record["id"]
-        assert first_valid_call(generation.text, request, teacher.surface)[0] == record["call"]
+        assert first_valid_call(generation.text, request, teacher.surface_for(request)).call == record["call"]

@@ -124,6 +124,7 @@ class HintBank(DraftSource):
         trace = self.ctx.trace
         self.done_polling = True
         self.stats.payload_bytes = result.payload_bytes
+        self.stats.extra["sidecar"] = result.detail  # e.g. why the sidecar's own join dropped a slot
         if result.error is None:
             self.stats.wave_s = result.wave_s
             trace.emit("sidecar_wave", start=self._to_trace_time(result.wave_start),

@@ -111,7 +111,8 @@ def make_context(target: Any, request: Request, trace: EventTrace | None = None)
     return DecodeContext(
         request=request,
         tokenizer=target.tokenizer,
-        surface=target.surface,
+        # the frozen rendering may depend on the request (Qwen writes one-line JSON on API-Bank)
+        surface=target.surface_for(request) if hasattr(target, "surface_for") else target.surface,
         prompt_ids=list(target.prompt_ids(request)),
         eos_token_ids=list(target.eos_token_ids),
         trace=trace or EventTrace(),

@@ -15,8 +15,13 @@ from ooospec.decoding.tree import TreeBudget
 
 METHODS = ("ar", "pld", "toolspec")
 
-# Chosen from the verify-cost curve (notebooks/03_toolspec.ipynb) on 2 CPU cores, fp32: a forward
-# over 1 + n tree rows costs about 1 + n/8 one-token steps for the Qwen target, so trees stay small.
+# Chosen by measurement (notebooks/03_toolspec.ipynb), 1 torch thread, fp32, on this machine's
+# CPU. Qwen target, 252-token prompt, one-token step 151 ms; a verify forward over 1 + n rows costs
+# 2.1x a step at n = 1, 3.0x at n = 2, 2.1x at 4, 2.4x at 8, 3.1x at 16, 4.2x at 32, 6.7x at 64
+# (any n > 0 turns every matrix-vector product into a matrix-matrix one). ToolSpec at 8 / 16 / 32
+# nodes on 6 BFCL requests: MAT 4.9 / 5.8 / 6.3, decode speedup 2.45 / 2.70 / 2.23x; on
+# ToolAlpaca and API-Bank 8 and 16 were within noise of each other. SmolLM2's tool adapter was not
+# trained when this was measured: it starts from the same budget.
 DEFAULT_BUDGETS: dict[str, TreeBudget] = {
     "qwen2.5-coder-0.5b": TreeBudget(max_nodes=16, max_depth=16),
     "smollm2-135m-tool": TreeBudget(max_nodes=16, max_depth=16),

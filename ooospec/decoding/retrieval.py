@@ -71,21 +71,31 @@ class CallRetrieval(DraftSource):
         self._tail = (self._tail + list(accepted))[-self.max_ngram :]
 
     def propose(self, state: DecodeState) -> list[Draft]:
+        return [Draft(cont, "retrieval") for cont in self.continuations(self._tail)]
+
+    def continuations(self, tail_ids: list[int], limit: int | None = None) -> list[list[int]]:
+        """Distinct continuations of ``tail_ids`` found in the memory, longest n-gram match first
+        (``limit`` of them at most; by default as many as ``lengths`` has entries)."""
         if not len(self._haystack):
             return []
-        tail = np.asarray(self._tail, dtype=np.int64)
+        lengths = self.lengths[: limit or len(self.lengths)]
+        tail = np.asarray(tail_ids[-self.max_ngram :], dtype=np.int64)
         found: list[list[int]] = []
         for n in range(min(self.max_ngram, len(tail)), self.min_ngram - 1, -1):
-            want = len(self.lengths) - len(found)
-            for cont in ngram_continuations(self._haystack, tail[-n:], max(self.lengths), want + len(found)):
-                if len(found) == len(self.lengths):
+            for cont in ngram_continuations(self._haystack, tail[-n:], max(lengths), len(lengths)):
+                if len(found) == len(lengths):
                     break
-                cont = cont[: self.lengths[len(found)]]
+                cont = cont[: lengths[len(found)]]
                 if not any(prev[: len(cont)] == cont or cont[: len(prev)] == prev for prev in found):
                     found.append(cont)
-            if len(found) == len(self.lengths):
+            if len(found) == len(lengths):
                 break
-        return [Draft(cont, "retrieval") for cont in found]
+        return found
+
+    @property
+    def tail(self) -> list[int]:
+        """The last committed ids (prompt tail + output) the next match starts from."""
+        return list(self._tail)
 
     def end(self, state: DecodeState, result) -> None:
         tools_called = frozenset(self._called_names(state))

@@ -40,6 +40,7 @@ from ooospec.decoding.variants import json_variants
 from ooospec.models.surface import SurfaceFormat
 
 UNSUPPORTED_COMBINATORS = ("anyOf", "oneOf", "allOf", "$ref", "not")
+FREE_PARAM = -1  # parameter index of a value under an undeclared key
 
 
 class SchemaCompileError(ValueError):
@@ -53,6 +54,9 @@ class ParamSpec:
     is_string: bool  # the schema says the value is a JSON string (its opening quote is scaffold)
     choices: tuple[str, ...]  # JSON texts of the values the schema allows (enum, boolean), if fixed
     required: bool
+
+
+UNDECLARED = ParamSpec("", "", is_string=False, choices=(), required=False)
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,20 @@ class After(NamedTuple):
     v: int
 
 
+class FreeKey(NamedTuple):
+    """Inside an argument key the schema does not declare (models do invent keys); it ends at the
+    key-value separator, and the call is followed again from its value on."""
+
+    v: int
+    fn: int
+    used: frozenset[int]
+    last: int
+    text: str
+
+
+MAX_FREE_KEY = 64  # characters; a longer "key" means the text is not a call any more
+
+
 @dataclass
 class InValue:
     v: int
@@ -182,7 +200,7 @@ class InValue:
                 tuple(s.stack), s.closed)
 
 
-Config = Lit | Before | After | InValue
+Config = Lit | Before | After | InValue | FreeKey
 
 
 def _config_key(config: Config) -> tuple:
@@ -240,7 +258,7 @@ class SchemaFSM:
                 longest[c.text] = max(longest.get(c.text, -1), c.offset)
         self.configs = [
             c for c in nxt if not (isinstance(c, Lit) and c.phase == "prefix" and c.offset < longest[c.text])
-        ]
+        ] or [Before()]  # the text left every allowed call: wait for a new call to start
 
     def _opener(self, v: int, after_call: bool = False) -> Lit:
         sc = self.variants[v].scaffold
@@ -254,17 +272,18 @@ class SchemaFSM:
         if kind == "names":
             out: list[Config] = []
             for fi, fn in enumerate(variant.functions):
-                if fn.params:
-                    out.append(Lit(fn.name_text + sc.args_open, 0, ("keys", v, fi, frozenset(), -1), "name"))
+                # arguments are followed even for a function that declares none (models add some)
+                out.append(Lit(fn.name_text + sc.args_open, 0, ("keys", v, fi, frozenset(), -1), "name"))
                 out.append(Lit(fn.name_text + sc.noargs_close, 0, ("after", v), "name"))
             return out
         if kind == "keys":
-            _, _, fi, used, _last = node
-            return [
+            _, _, fi, used, last = node
+            known: list[Config] = [
                 Lit(p.key_text + sc.kv_sep, 0, ("value", v, fi, pi, used | {pi}), "key")
                 for pi, p in enumerate(variant.functions[fi].params)
                 if pi not in used
             ]
+            return known + [FreeKey(v, fi, used, last, "")]
         if kind == "value":
             _, _, fi, pi, used = node
             return [InValue(v, fi, pi, used, JsonValueScanner())]
@@ -282,6 +301,15 @@ class SchemaFSM:
             if config.offset + 1 == len(config.text):
                 return self._enter(config.then)
             return [config._replace(offset=config.offset + 1)]
+        if isinstance(config, FreeKey):
+            text = config.text + ch
+            kv_sep = self.variants[config.v].scaffold.kv_sep
+            if text.endswith(kv_sep) and len(text) > len(kv_sep):
+                key = text[: -len(kv_sep)]
+                if any(p.key_text == key for p in self.variants[config.v].functions[config.fn].params):
+                    return []  # a declared key: its own configuration follows it
+                return [InValue(config.v, config.fn, FREE_PARAM, config.used, JsonValueScanner())]
+            return [config._replace(text=text)] if len(text) <= MAX_FREE_KEY else []
         if isinstance(config, InValue):
             scanner = config.scanner.copy()
             verdict = scanner.feed(ch)
@@ -302,18 +330,20 @@ class SchemaFSM:
         first (more keys while a required parameter is still missing)."""
         sc = self.variants[config.v].scaffold
         params = self.variants[config.v].functions[config.fn].params
-        more = Lit(sc.between, 0, ("keys", config.v, config.fn, config.used, config.param), "close")
+        last = config.param if config.param != FREE_PARAM else max(config.used, default=-1)
+        more = Lit(sc.between, 0, ("keys", config.v, config.fn, config.used, last), "close")
         done = Lit(sc.args_close, 0, ("after", config.v), "close")
         if len(config.used) == len(params):
-            return [done]
+            return [done, more]  # every declared key given: only an undeclared one could follow
         missing_required = any(p.required and i not in config.used for i, p in enumerate(params))
         return [more, done] if missing_required else [done, more]
 
     # -- where are we --
 
     def position(self) -> str:
-        """Phase of the likeliest live configuration: before, prefix, name, key, value, close,
-        after, or lost (the text left every call the schema allows)."""
+        """Phase of the likeliest live configuration: before (also after the text left every
+        call the schema allows: a later call may still start), prefix, name, key, value, close or
+        after."""
         for config in self.configs:
             if isinstance(config, Lit):
                 return config.phase
@@ -321,7 +351,9 @@ class SchemaFSM:
                 return "value"
             if isinstance(config, After):
                 return "after"
-        return "before" if self.configs else "lost"
+            if isinstance(config, FreeKey):
+                return "key"
+        return "before"
 
     # -- proposing --
 
@@ -355,10 +387,13 @@ class SchemaFSM:
             return self._prefixed(config.text[config.offset :], self._expand_node(config.then))
         if isinstance(config, After):
             return self._expand_node(("after", config.v))
+        if isinstance(config, FreeKey):
+            return []
         return self._expand_value(config)
 
     def _expand_value(self, config: InValue) -> list[Proposal]:
-        param = self.variants[config.v].functions[config.fn].params[config.param]
+        params = self.variants[config.v].functions[config.fn].params
+        param = params[config.param] if config.param != FREE_PARAM else UNDECLARED
         scanner = config.scanner
         if scanner.complete:
             # closed string, literal or container: the scaffold after it is fixed. A number may

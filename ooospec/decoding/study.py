@@ -23,7 +23,7 @@ from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
 from ooospec.stage import Stage, read_jsonl
 
-STUDY_VERSION = 1  # bump when a record's meaning changes
+STUDY_VERSION = 2  # bump when a record's meaning or the drafting changes
 DEFAULT_RUNS = (MethodRun("pld", "pld"), MethodRun("toolspec", "toolspec"))
 
 

@@ -1,8 +1,9 @@
 """ToolSpec (Xia et al. 2026): schema FSM + call retrieval, with prompt lookup as general fallback.
 
 One composite source so that the merge policy lives in one place: FSM scaffold drafts first (the
-schema fixes them, so they are the likeliest), then retrieved continuations (values and whole
-calls seen earlier in the run), prompt lookup only in rounds where neither has anything
+schema fixes them, so they are the likeliest), the best of them continued by retrieval (the value
+an earlier call put after the same key), then retrieved continuations of the committed text
+(values and whole calls seen earlier in the run), prompt lookup only in rounds where neither has anything
 (ToolSpec's own fallback is a token-recycling tree; PLD plays that role here without any extra
 model state), and last the FSM's bets that an open value ends right here.
 The tree builder then cuts the merged list to the node budget and depth limit, dropping the
@@ -28,6 +29,7 @@ class ToolSpec(DraftSource):
         retrieval: CallRetrieval | None = None,
         pld: PromptLookup | None = None,
         pld_mode: str = "fallback",
+        chain: bool = True,
     ):
         if pld_mode not in PLD_MODES:
             raise ValueError(f"pld_mode must be one of {PLD_MODES}, got {pld_mode!r}")
@@ -35,6 +37,7 @@ class ToolSpec(DraftSource):
         self.retrieval = retrieval or CallRetrieval()
         self.pld = pld or PromptLookup()
         self.pld_mode = pld_mode
+        self.chain = chain
 
     @property
     def children(self) -> list[DraftSource]:
@@ -46,10 +49,20 @@ class ToolSpec(DraftSource):
 
     def propose(self, state: DecodeState) -> list[Draft]:
         scaffold, guesses = self.fsm.propose_split(state)
-        drafts = scaffold + self.retrieval.propose(state)
+        drafts = list(scaffold)
+        if self.chain and scaffold:
+            drafts[1:1] = self._chained(scaffold[0])
+        drafts += self.retrieval.propose(state)
         if self.pld_mode == "always" or (self.pld_mode == "fallback" and not drafts):
             drafts += self.pld.propose(state)
         return drafts + guesses
+
+    def _chained(self, scaffold: Draft) -> list[Draft]:
+        """The best scaffold draft continued by what followed the same text in an earlier call
+        (the value after a key, the rest of a call): the FSM stops at every free value, retrieval
+        alone would need the scaffold committed first to match it."""
+        conts = self.retrieval.continuations(self.retrieval.tail + scaffold.tokens, limit=1)
+        return [Draft(scaffold.tokens + cont, "retrieval") for cont in conts]
 
     def observe(self, state: DecodeState, accepted: list[int]) -> None:
         for child in self.children:

@@ -266,3 +266,31 @@ def load_model(name: str, profile: str | Profile = "cpu", *, num_layers: int | N
     model.eval()
     model.loaded_from = LoadedModel(spec.name, location, spec.dtype, model.config.num_hidden_layers)
     return model, tokenizer
+
+
+def prepare_profile(profile: str = "cpu") -> dict[str, str]:
+    """Verify and dequantize every package-shipped model of a profile (``make models``)."""
+    prof = load_profile(profile)
+    prepared = {}
+    for spec in prof.models.values():
+        if spec.source.kind == "pypi_gguf":
+            prepared[spec.name] = str(ensure_dequantized(spec))
+        elif spec.source.kind == "local":
+            prepared[spec.name] = checkpoint_location(spec)[0]
+        else:  # hub weights are fetched by from_pretrained on first use
+            prepared[spec.name] = f"hub:{spec.source.repo} (fetched on first load)"
+    return prepared
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=prepare_profile.__doc__)
+    parser.add_argument("--profile", default="cpu")
+    args = parser.parse_args(argv)
+    for name, where in prepare_profile(args.profile).items():
+        print(f"{name}: {where}")
+
+
+if __name__ == "__main__":
+    main()

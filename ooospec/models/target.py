@@ -101,3 +101,15 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
         prompt_style=role.prompt or "chat_template_tools",
         chat_template_kwargs=dict(role.chat_template_kwargs),
     )
+
+
+def load_tokenizer(name: str, profile: str | Profile = "cpu") -> Any:
+    """Only the tokenizer of a target or role (for reading records without loading weights)."""
+    from transformers import AutoTokenizer
+
+    from ooospec.models.loading import checkpoint_location
+
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    role = prof.role(name, missing_ok=True)
+    location, kwargs = checkpoint_location(prof.model(role.model if role is not None else name))
+    return AutoTokenizer.from_pretrained(location, **kwargs)

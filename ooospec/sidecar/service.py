@@ -148,6 +148,7 @@ def _run_job(predictor: Predictor, job: dict[str, Any]) -> dict[str, Any]:
             out.payload = prediction.call
         elif prediction.call is not None:
             out.payload = json.dumps(prediction.call, separators=(",", ":"), ensure_ascii=False)
+        if out.payload is not None:
             out.payload_bytes = len(out.payload.encode("utf-8"))
     except Exception as err:  # a predictor bug must not take the service down
         out.error = f"predictor raised {type(err).__name__}: {err}"

@@ -1,0 +1,568 @@
+"""The benchmark: methods x targets x benchmarks -> one record per decode, with its event trace.
+
+How a run is laid out, and why:
+
+* **Fixed request order.** Each benchmark's slice is a seeded sample of its evaluation file, kept
+  in file order. Call retrieval learns from the calls produced earlier in the run, so each
+  (method, target, benchmark) run keeps one set of sources across the slice's requests.
+* **Methods interleaved per request** (``for request: for method: decode``), AR first, so that
+  every ratio compares decodes made seconds apart on a noisy shared machine, and every record
+  can be checked against AR's output of the same request.
+* **Prefill.** AR, PLD and ToolSpec start from one measured prefill per request (`Prefill`); their
+  prefill times are then the same sample. OoO-Spec runs its own prefill, because its sidecar
+  works *during* the target's prefill: sharing it would hide the overlap the method relies on.
+* **Cores.** The target runs with ``threads`` torch threads pinned to the first core; the sidecar
+  process with ``sidecar_threads`` pinned to the second ("own core", the CPU analogue of the
+  paper's second GPU). ``:shared_core`` pins the sidecar to the target's core, ``:in_process``
+  runs it as a thread of the target's process.
+* **Sidecars.** One service per distinct sidecar configuration and target, started before its
+  first use (model load outside any timing) and reused; `SidecarService.wait_idle` runs between
+  decodes, outside timing, so every request finds its sidecar free, as at batch 1.
+* **Resumable slices.** Records are written per (target, benchmark) slice, atomically, when the
+  slice is complete; a finished slice is never redone, an interrupted one is redone from its
+  start (its retrieval memory must be rebuilt in order). The stage key covers everything that
+  decides a slice's records except the choice of targets and benchmarks, so a larger run reuses
+  a smaller run's finished slices. Slice files carry the target's weight fingerprint, so a
+  retrained tool adapter never reuses stale records.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+
+from ooospec.bench_methods import MethodSpec, method_budget, method_sources, parse_methods
+from ooospec.bench_oracle import CallDirectory, first_call
+from ooospec.data.request import Call, Request
+from ooospec.decoding.hint import HintBank
+from ooospec.decoding.loop import DecodeResult, Prefill, decode
+from ooospec.decoding.verifier import TreeVerifier
+from ooospec.stage import Stage, config_key, read_jsonl
+
+STAGE_NAME = "results"
+BENCH_VERSION = 1  # bump when a record's meaning changes, so old slices are not reused
+DEFAULT_TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
+BENCHMARKS = ("apibank", "toolalpaca", "bfcl")
+DEFAULT_METHODS = ("ar", "pld", "toolspec", "ooospec")
+SIDECAR_CHOICES = ("auto", "slot", "oracle", "gold")
+# the only benchmark none of whose APIs the sidecar saw in training (see the data card)
+HELD_OUT_BENCHMARKS = ("bfcl",)
+
+
+@dataclass
+class BenchConfig:
+    """Everything a bench run depends on; see the module docstring for the semantics."""
+
+    profile: str = "cpu"
+    targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    benchmarks: list[str] = field(default_factory=lambda: list(BENCHMARKS))
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
+    requests: int | None = 8  # per benchmark; None = the whole evaluation file
+    seed: int = 0
+    warmup: int = 2  # untimed warm-up requests per target (each through every method)
+    max_new_tokens: int = 160
+    sidecar: str = "auto"  # auto: the trained sidecar if an adapter exists, else the oracle
+    sidecar_adapter: str | None = None  # explicit adapter dir; None: the sidecar stage's
+    oracle_wave_s: float = 0.0  # simulated wave time of the oracle / gold sidecars
+    threads: int = 1
+    sidecar_threads: int = 1
+    pin_cores: bool = True
+    track_margins: bool = True
+
+    def __post_init__(self) -> None:
+        if self.sidecar not in SIDECAR_CHOICES:
+            raise ValueError(f"BenchConfig.sidecar must be one of {SIDECAR_CHOICES}, got {self.sidecar!r}")
+        for name in self.benchmarks:
+            if name not in BENCHMARKS:
+                raise ValueError(f"BenchConfig.benchmarks: unknown benchmark {name!r}; one of {BENCHMARKS}")
+        if self.requests is not None and self.requests < 1:
+            raise ValueError(f"BenchConfig.requests must be >= 1 or None, got {self.requests}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"BenchConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        parse_methods(list(self.methods))  # fail early on a misspelt method
+
+
+# ---------------------------------------------------------------- requests
+
+
+def sample_requests(requests: list[Request], n: int | None, seed: int, benchmark: str) -> list[Request]:
+    """A seeded sample of ``n`` requests, kept in file order (retrieval memory depends on order)."""
+    if n is None or n >= len(requests):
+        return list(requests)
+    chosen = sorted(random.Random(f"{seed}:{benchmark}").sample(range(len(requests)), n))
+    return [requests[i] for i in chosen]
+
+
+def warmup_requests(requests: list[Request], sample: list[Request], n: int) -> list[Request]:
+    """The first ``n`` requests of the file outside the sample (warm-up never sees a timed one)."""
+    taken = {r.id for r in sample}
+    return [r for r in requests if r.id not in taken][:n]
+
+
+def targets_sharing_teacher(profile: str, targets: list[str]) -> list[str]:
+    """Targets that run the teacher's own model (on the cpu profile: the Qwen target), whose
+    greedy calls are therefore exactly what the sidecar was trained to predict."""
+    from ooospec.models.registry import load_profile
+
+    prof = load_profile(profile)
+    return [t for t in targets if t in prof.targets and prof.targets[t].model == prof.teacher.model]
+
+
+def load_benchmark(name: str) -> list[Request]:
+    from ooospec.data import load_split
+
+    return load_split(f"eval_{name}")
+
+
+# ---------------------------------------------------------------- targets and sidecars
+
+
+class TargetProvider(Protocol):
+    def fingerprint(self, name: str) -> str:
+        """Identity of the target's weights; raises FileNotFoundError when they are missing."""
+
+    def load(self, name: str) -> Any:
+        """A loaded `ooospec.models.target.TargetModel`."""
+
+
+class ProfileTargets:
+    """The profile's targets; a target whose adapter is not trained yet raises FileNotFoundError."""
+
+    def __init__(self, profile: str):
+        from ooospec.models.registry import load_profile
+
+        self.profile = load_profile(profile)
+
+    def fingerprint(self, name: str) -> str:
+        role = self.profile.target(name)
+        source = self.profile.model(role.model).source
+        pin = {"pypi_gguf": source.sha256, "hub": f"{source.repo}@{source.revision}", "local": source.path}
+        parts = [str(pin.get(source.kind))]
+        if role.adapter == "tool_lora":
+            from ooospec.train import ADAPTER_HASH_FILE, tool_adapter_path
+
+            parts.append((Path(tool_adapter_path(self.profile.name)) / ADAPTER_HASH_FILE).read_text().strip())
+        return config_key({"target": name, "weights": parts}, 8)
+
+    def load(self, name: str) -> Any:
+        from ooospec.models.target import load_target
+
+        return load_target(name, self.profile)
+
+
+def find_sidecar_adapter(profile: str) -> Path | None:
+    """The frozen sidecar adapter of ``profile``: the full preset's (the committed one), else the
+    budget preset's. Other sidecar stages (layer sweeps, experiments) are never picked up silently;
+    pass ``BenchConfig.sidecar_adapter`` to bench one of them."""
+    from ooospec.sidecar.training import find_finished, sidecar_config
+
+    for preset in ("full", "budget"):
+        found = find_finished(sidecar_config(preset, profile))
+        if found is not None:
+            return Path(found.adapter_dir)
+    return None
+
+
+@dataclass
+class BenchPlan:
+    """A config resolved against what exists: the sidecar that runs, the methods that can run."""
+
+    sidecar: str  # slot | oracle | gold
+    adapter: Path | None
+    methods: list[MethodSpec]
+    skipped_methods: dict[str, str]
+    notes: list[str]
+
+    def key_config(self, cfg: BenchConfig) -> dict[str, Any]:
+        """What decides a slice's records (targets and benchmarks only pick slices)."""
+        config = {k: v for k, v in asdict(cfg).items() if k not in ("targets", "benchmarks", "sidecar_adapter")}
+        config.update(version=BENCH_VERSION, sidecar=self.sidecar, methods=[m.name for m in self.methods],
+                      sidecar_adapter_sha256=_adapter_sha(self.adapter))
+        return config
+
+
+def _adapter_sha(adapter: Path | None) -> str | None:
+    if adapter is None:
+        return None
+    from ooospec.train import ADAPTER_HASH_FILE
+
+    return (adapter / ADAPTER_HASH_FILE).read_text().strip()
+
+
+def plan_bench(cfg: BenchConfig) -> BenchPlan:
+    """Resolve ``sidecar="auto"`` and drop (with the reason) methods whose sidecar is missing."""
+    notes: list[str] = []
+    adapter = Path(cfg.sidecar_adapter) if cfg.sidecar_adapter else find_sidecar_adapter(cfg.profile)
+    if adapter is not None:
+        from ooospec.train import read_frozen
+
+        read_frozen(adapter)  # refuses an adapter whose files changed since freezing
+    sidecar = cfg.sidecar
+    if sidecar == "auto":
+        sidecar = "slot" if adapter is not None else "oracle"
+        if adapter is None:
+            notes.append("no trained sidecar adapter found: OoO-Spec runs with the ORACLE sidecar "
+                         "(the target's own greedy call), an upper bound, not the paper's sidecar")
+    methods, skipped = [], {}
+    for spec in parse_methods(list(cfg.methods)):
+        kind = spec.sidecar or sidecar
+        if spec.uses_sidecar and kind in ("slot", "base_only") and adapter is None:
+            skipped[spec.name] = (f"needs the trained sidecar adapter (none found for profile {cfg.profile!r}; "
+                                  "train it with notebooks/02_sidecar.ipynb)")
+            continue
+        methods.append(spec)
+    return BenchPlan(sidecar, adapter, methods, skipped, notes)
+
+
+@dataclass(frozen=True)
+class CorePlan:
+    target_core: int | None
+    sidecar_core: int | None
+
+    @property
+    def pinned(self) -> bool:
+        return self.target_core is not None
+
+
+@contextmanager
+def pinned_cores(threads: int, pin: bool) -> Iterator[CorePlan]:
+    """Pin this process (the target) to one core and leave the next for the sidecar; restore after."""
+    old_affinity, old_threads = os.sched_getaffinity(0), torch.get_num_threads()
+    cores = sorted(old_affinity)
+    plan = CorePlan(cores[0], cores[1]) if pin and len(cores) >= 2 else CorePlan(None, None)
+    if plan.pinned:
+        os.sched_setaffinity(0, {plan.target_core})
+    torch.set_num_threads(threads)
+    try:
+        yield plan
+    finally:
+        os.sched_setaffinity(0, old_affinity)
+        torch.set_num_threads(old_threads)
+
+
+@dataclass(frozen=True)
+class SidecarKey:
+    kind: str
+    placement: str
+    delay_s: float
+
+
+class SidecarPool:
+    """One started `SidecarService` per distinct (kind, placement, delay), for one target."""
+
+    def __init__(self, cfg: BenchConfig, plan: BenchPlan, cores: CorePlan, oracle_calls: CallDirectory,
+                 gold_calls: dict[str, dict[str, Any]]):
+        self.cfg, self.plan, self.cores = cfg, plan, cores
+        self.oracle_calls, self.gold_calls = oracle_calls, gold_calls
+        self.services: dict[SidecarKey, Any] = {}
+
+    def key(self, spec: MethodSpec) -> SidecarKey:
+        return SidecarKey(spec.sidecar or self.plan.sidecar, spec.placement, spec.delay_s)
+
+    def service(self, spec: MethodSpec) -> Any:
+        if not spec.uses_sidecar:
+            return None
+        key = self.key(spec)
+        if key not in self.services:
+            self.services[key] = self._start(key)
+        return self.services[key]
+
+    def _start(self, key: SidecarKey) -> Any:
+        from ooospec.decoding.out_of_order import oracle_sidecar, slot_sidecar
+        from ooospec.sidecar.service import SidecarService
+
+        if key.kind in ("slot", "base_only"):
+            spec = slot_sidecar(self.plan.adapter, self.cfg.profile, base_only=key.kind == "base_only")
+        elif key.kind == "oracle":
+            spec = oracle_sidecar(self.oracle_calls, wave_s=self.cfg.oracle_wave_s)
+        elif key.kind == "gold":
+            spec = oracle_sidecar(self.gold_calls, wave_s=self.cfg.oracle_wave_s)
+        else:
+            raise ValueError(f"unknown sidecar kind {key.kind!r}")
+        placement = "thread" if key.placement == "in_process" else "process"
+        core = self.cores.target_core if key.placement == "shared_core" else self.cores.sidecar_core
+        return SidecarService(spec, placement=placement, threads=self.cfg.sidecar_threads,
+                              cpu_affinity=None if core is None else [core], delay_s=key.delay_s).start()
+
+    def close(self) -> None:
+        for service in self.services.values():
+            service.stop()
+        self.services.clear()
+
+
+# ---------------------------------------------------------------- one decode -> one record
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first position where two token sequences differ (a length mismatch counts)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def hint_fields(bank: HintBank | None, trace: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The hint bank's per-request stats, with the arrival time on the request's clock."""
+    if bank is None:
+        return None
+    stats = bank.stats
+    payload_bytes = stats.payload_bytes
+    if not payload_bytes and stats.call is not None:
+        payload_bytes = len(Call.from_dict(stats.call).compact().encode("utf-8"))
+    ready = next((e for e in trace if e["kind"] == "hint_ready"), None)
+    wave = next((e for e in trace if e["kind"] == "sidecar_wave"), None)
+    return {
+        "ready_round": stats.ready_round,
+        "ready_t": None if ready is None else ready["t"],
+        "error": stats.error,
+        "payload_bytes": payload_bytes,
+        "wave_s": stats.wave_s,
+        "wave_start_t": None if wave is None else wave["start"],
+        "wave_end_t": None if wave is None else wave["end"],
+        "received_t": None if wave is None else wave["received"],
+        "hint_text": stats.hint_text,
+        "call": stats.call,
+        "proposals": stats.proposals,
+        **stats.extra,
+    }
+
+
+def make_record(result: DecodeResult, *, target: str, benchmark: str, request: Request, position: int,
+                spec: MethodSpec, sidecar: str | None, ar: DecodeResult | None, shared_prefill: bool,
+                bank: HintBank | None) -> dict[str, Any]:
+    record = result.to_record()
+    request_id = record.pop("id")
+    reference = ar or result
+    diff = first_difference(reference.output_ids, result.output_ids)
+    mismatch = None
+    if diff is not None:
+        def at(values: list, i: int) -> Any:
+            return values[i] if i < len(values) else None
+
+        mismatch = {"position": diff, "ar_token": at(reference.output_ids, diff), "token": at(result.output_ids, diff),
+                    "ar_margin": at(reference.margins, diff), "margin": at(result.margins, diff)}
+    return {
+        "id": f"{target}/{benchmark}/{request_id}/{spec.name}",
+        "request_id": request_id,
+        "target": target,
+        "benchmark": benchmark,
+        "position": position,
+        "method": spec.name,
+        "method_base": spec.base,
+        "sidecar": sidecar,
+        "shared_prefill": shared_prefill,
+        "identical_to_ar": diff is None,
+        "mismatch": mismatch,
+        "hint": hint_fields(bank, record["trace"]),
+        **record,
+    }
+
+
+class SliceRunner:
+    """Decodes slices of one loaded target: every method on every request, AR first."""
+
+    def __init__(self, cfg: BenchConfig, plan: BenchPlan, target: Any, pool: SidecarPool, oracle_calls: CallDirectory):
+        self.cfg, self.plan, self.target, self.pool = cfg, plan, target, pool
+        self.oracle_calls = oracle_calls
+        self.verifier = TreeVerifier(target.model, target.eos_token_ids, track_margins=cfg.track_margins)
+
+    def _sidecar_label(self, spec: MethodSpec) -> str | None:
+        return self.pool.key(spec).kind if spec.uses_sidecar else None
+
+    def shared_prefill(self, request: Request) -> Prefill:
+        prompt = self.target.prompt_ids(request)
+        start = time.perf_counter()
+        state, margin = self.verifier.prefill(prompt)
+        return Prefill(state, time.perf_counter() - start, margin)
+
+    def decode_one(self, spec: MethodSpec, sources: list, request: Request, max_new_tokens: int,
+                   prefill: Prefill | None) -> DecodeResult:
+        service = self.pool.service(spec)
+        if service is not None:
+            service.wait_idle()
+        result = decode(self.target, self.target.tokenizer, sources, request, max_new_tokens,
+                        method_budget(spec, self.target.name), prefill=prefill, verifier=self.verifier)
+        if service is not None:
+            service.wait_idle()  # outside timing: the next decode finds the sidecar free
+        return result
+
+    def warm_up(self, requests: list[Request]) -> None:
+        """Untimed decodes through every method with throwaway sources (first-call overheads,
+        sidecar start-up and its first wave)."""
+        from tqdm import tqdm
+
+        for request in tqdm(requests, desc=f"warm-up {self.target.name}", unit="req", leave=False):
+            for spec in self.plan.methods:
+                sources = method_sources(spec, self.pool.service(spec))
+                self.decode_one(spec, sources, request, min(self.cfg.max_new_tokens, 16), None)
+
+    def run(self, benchmark: str, requests: list[Request]) -> list[dict[str, Any]]:
+        from tqdm import tqdm
+
+        sources = {spec: method_sources(spec, self.pool.service(spec)) for spec in self.plan.methods}
+        records: list[dict[str, Any]] = []
+        bar = tqdm(requests, desc=f"{self.target.name} / {benchmark}", unit="req")
+        for position, request in enumerate(bar):
+            ar: DecodeResult | None = None
+            shared: Prefill | None = None
+            for spec in self.plan.methods:
+                prefill = None
+                if spec.shares_prefill:
+                    shared = shared or self.shared_prefill(request)
+                    prefill = shared
+                result = self.decode_one(spec, sources[spec], request, self.cfg.max_new_tokens, prefill)
+                if spec.base == "ar":
+                    ar = result
+                    self.oracle_calls.put(request.id, first_call(self.target.surface, result.text))
+                bank = next((s for s in sources[spec] if isinstance(s, HintBank)), None)
+                records.append(make_record(result, target=self.target.name, benchmark=benchmark, request=request,
+                                           position=position, spec=spec, sidecar=self._sidecar_label(spec),
+                                           ar=ar, shared_prefill=prefill is not None, bank=bank))
+            bar.set_postfix(lossless=f"{sum(r['identical_to_ar'] for r in records)}/{len(records)}")
+        return records
+
+
+# ---------------------------------------------------------------- slices on disk
+
+
+def bench_stage(cfg: BenchConfig, plan: BenchPlan | None = None) -> Stage:
+    plan = plan or plan_bench(cfg)
+    return Stage(STAGE_NAME, plan.key_config(cfg))
+
+
+def slice_path(stage: Stage, target: str, fingerprint: str, benchmark: str) -> Path:
+    return stage.dir / "slices" / f"{target}@{fingerprint}" / f"{benchmark}.jsonl"
+
+
+def write_slice(path: Path, records: list[dict[str, Any]]) -> None:
+    """All of a slice's records at once (tmp file + rename): a slice file is always complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".jsonl.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def assemble_records(stage: Stage) -> Path:
+    """``records.jsonl``: every finished slice of the stage, in a stable order."""
+    out = stage.path("records.jsonl")
+    tmp = out.with_suffix(".jsonl.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for path in sorted((stage.dir / "slices").glob("*/*.jsonl")):
+            handle.write(path.read_text(encoding="utf-8"))
+    os.replace(tmp, out)
+    return out
+
+
+class BenchRecords(list):
+    """The records of a run (a plain list of dicts) plus what the run could not do."""
+
+    def __init__(self, records: list[dict[str, Any]], stage: Stage, plan: BenchPlan,
+                 skipped_targets: dict[str, str], cores: CorePlan | None):
+        super().__init__(records)
+        self.stage, self.plan = stage, plan
+        self.skipped_targets, self.cores = skipped_targets, cores
+
+    @property
+    def sidecar(self) -> str:
+        return self.plan.sidecar
+
+    def notes(self) -> list[str]:
+        """Lines a reader must see next to the numbers."""
+        which = {"slot": f"the trained sidecar ({self.plan.adapter})", "oracle": "the ORACLE sidecar (the target's "
+                 "own greedy call)", "gold": "a sidecar answering with the GOLD call"}[self.plan.sidecar]
+        lines = [f"OoO-Spec ran with {which}"] + list(self.plan.notes)
+        lines += [f"target {t} skipped: {why}" for t, why in self.skipped_targets.items()]
+        lines += [f"method {m} skipped: {why}" for m, why in self.plan.skipped_methods.items()]
+        if self.cores is not None and not self.cores.pinned:
+            lines.append("cores not pinned (fewer than 2 cores available or pin_cores=False)")
+        return lines
+
+
+def run_bench(cfg: BenchConfig, *, targets: TargetProvider | None = None,
+              load_requests: Callable[[str], list[Request]] = load_benchmark) -> BenchRecords:
+    """Run (or resume) the bench and return the records of ``cfg``'s targets x benchmarks.
+
+    ``targets`` and ``load_requests`` replace the profile's models and the evaluation files (tests).
+    A target that cannot be loaded (e.g. its tool adapter is not trained yet) is skipped with
+    its reason in `BenchRecords.skipped_targets`; its slices stay pending for a later run.
+    """
+    plan = plan_bench(cfg)
+    stage = bench_stage(cfg, plan)
+    provider = targets or ProfileTargets(cfg.profile)
+    files = {b: load_requests(b) for b in cfg.benchmarks}
+    samples = {b: sample_requests(files[b], cfg.requests, cfg.seed, b) for b in cfg.benchmarks}
+    gold = {r.id: r.gold[0].to_dict() for s in samples.values() for r in s if r.gold}
+    skipped: dict[str, str] = {}
+    fingerprints: dict[str, str] = {}
+    for note in plan.notes + [f"method {m} skipped: {why}" for m, why in plan.skipped_methods.items()]:
+        print(f"bench: {note}")
+    with pinned_cores(cfg.threads, cfg.pin_cores) as cores:
+        for name in cfg.targets:
+            try:
+                fingerprints[name] = provider.fingerprint(name)
+            except FileNotFoundError as err:
+                skipped[name] = str(err)
+                print(f"bench: target {name} skipped: {err}")
+                continue
+            pending = [b for b in cfg.benchmarks if not slice_path(stage, name, fingerprints[name], b).exists()]
+            if not pending:
+                continue
+            _run_target(cfg, plan, stage, provider, name, fingerprints[name], pending, files, samples, gold, cores)
+    assemble_records(stage)
+    records = [r for name, fp in fingerprints.items() for b in cfg.benchmarks
+               for r in read_jsonl(slice_path(stage, name, fp, b))]
+    status = {"targets": fingerprints, "skipped_targets": skipped, "skipped_methods": plan.skipped_methods,
+              "sidecar": plan.sidecar, "sidecar_adapter": str(plan.adapter) if plan.adapter else None,
+              "notes": plan.notes, "cores": asdict(cores), "records": len(records)}
+    stage.path("status.json").write_text(json.dumps(status, indent=2))
+    if not skipped:
+        stage.mark_done(**status)
+    return BenchRecords(records, stage, plan, skipped, cores)
+
+
+def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: TargetProvider, name: str,
+                fingerprint: str, pending: list[str], files: dict[str, list[Request]],
+                samples: dict[str, list[Request]], gold: dict[str, dict[str, Any]], cores: CorePlan) -> None:
+    target = provider.load(name)
+    oracle_calls = CallDirectory(stage.dir / "oracle_calls" / f"{name}@{fingerprint}")
+    pool = SidecarPool(cfg, plan, cores, oracle_calls, gold)
+    try:
+        runner = SliceRunner(cfg, plan, target, pool, oracle_calls)
+        if cfg.warmup:
+            first = pending[0]
+            runner.warm_up(warmup_requests(files[first], samples[first], cfg.warmup))
+        for benchmark in pending:
+            records = runner.run(benchmark, samples[benchmark])
+            write_slice(slice_path(stage, name, fingerprint, benchmark), records)
+    finally:
+        pool.close()
+        del target
+        gc.collect()
+
+
+def load_records(cfg: BenchConfig, targets: TargetProvider | None = None) -> list[dict[str, Any]]:
+    """Finished records of ``cfg`` without running anything (missing slices are simply absent)."""
+    stage = bench_stage(cfg)
+    provider = targets or ProfileTargets(cfg.profile)
+    records = []
+    for name in cfg.targets:
+        try:
+            fingerprint = provider.fingerprint(name)
+        except FileNotFoundError:
+            continue
+        for benchmark in cfg.benchmarks:
+            path = slice_path(stage, name, fingerprint, benchmark)
+            if path.exists():
+                records.extend(read_jsonl(path))
+    return records

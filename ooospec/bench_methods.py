@@ -1,0 +1,243 @@
+"""Method variants by name: ``"ooospec:no_fsm"`` -> a `MethodSpec` -> fresh draft sources + budget.
+
+The bench and the ablations name every variant as a string, so a notebook parameter, a record's
+``method`` field and a table row all speak the same language. Grammar: ``base[:option]*`` with
+``base`` one of `BASES` and options
+
+* ``no_fsm``, ``no_retrieval``, ``pld=off|always|fallback`` (toolspec, ooospec): ToolSpec's parts;
+* ``blocking`` (ooospec): wait for the hint at the first boundary (ablation only);
+* ``sequential``, ``two_waves``, ``no_prefix_share`` (ooospec): how the sidecar decodes its slots;
+* ``slot``, ``base_only``, ``oracle``, ``gold`` (ooospec): which sidecar answers (default: the
+  bench's ``sidecar`` setting);
+* ``delay=S`` (ooospec): seconds of latency injected after each wave (the latency sweep);
+* ``own_core``, ``shared_core``, ``in_process`` (ooospec): where the sidecar runs;
+* ``budget=N`` (pld, toolspec, ooospec): draft nodes per tree (ooospec adds its hint chain on top);
+* ``hint_tokens=N`` (ooospec): longest hint draft.
+
+`MethodSpec.name` is the canonical spelling (defaults left out, options in a fixed order), so
+``"ooospec:delay=2.0"`` and ``"ooospec:delay=2"`` are one method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from ooospec.decoding.base import DecodeContext, DecodeState, Draft, DraftSource
+from ooospec.decoding.methods import default_budget
+from ooospec.decoding.out_of_order import DEFAULT_HINT_TOKENS, ooospec_budget, ooospec_sources
+from ooospec.decoding.pld import PromptLookup
+from ooospec.decoding.retrieval import CallRetrieval
+from ooospec.decoding.schema_fsm import SchemaFSMSource
+from ooospec.decoding.toolspec import PLD_MODES, ToolSpec
+from ooospec.decoding.tree import TreeBudget
+
+BASES = ("ar", "pld", "toolspec", "ooospec")
+SIDECAR_KINDS = ("slot", "base_only", "oracle", "gold")
+SIDECAR_MODES = {"wave": "wave", "sequential": "sequential", "two_waves": "two_waves",
+                 "no_prefix_share": "wave_no_prefix_share"}
+PLACEMENTS = ("own_core", "shared_core", "in_process")
+
+_TOOLSPEC_PARTS = ("toolspec", "ooospec")
+_DRAFTING = ("pld", "toolspec", "ooospec")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One decoding method variant; every field but ``base`` defaults to the paper's setting."""
+
+    base: str
+    fsm: bool = True
+    retrieval: bool = True
+    pld_mode: str = "fallback"
+    blocking: bool = False
+    sidecar_mode: str = "wave"  # a `ooospec.sidecar.service.MODES` value
+    sidecar: str | None = None  # None: the bench's sidecar
+    delay_s: float = 0.0
+    placement: str = "own_core"
+    budget: int | None = None  # draft nodes; None: the target's default
+    hint_tokens: int = DEFAULT_HINT_TOKENS
+
+    def __post_init__(self) -> None:
+        if self.base not in BASES:
+            raise ValueError(f"unknown method base {self.base!r}; one of {BASES}")
+        changed = {f.name for f in fields(self) if f.name != "base" and getattr(self, f.name) != f.default}
+        allowed = _ALLOWED[self.base]
+        if changed - allowed:
+            raise ValueError(f"method base {self.base!r} takes no option(s) {sorted(changed - allowed)}")
+
+    @classmethod
+    def parse(cls, text: str) -> "MethodSpec":
+        """``"ooospec:no_fsm:delay=2"`` -> MethodSpec; errors name the method and the option."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"method must be a non-empty string, got {text!r}")
+        base, *options = [part.strip() for part in text.strip().split(":")]
+        if base not in BASES:
+            raise ValueError(f"method {text!r}: unknown base {base!r}; one of {BASES}")
+        values: dict[str, Any] = {}
+        for option in options:
+            field_name, value = _parse_option(text, base, option)
+            if field_name in values and values[field_name] != value:
+                raise ValueError(f"method {text!r}: option {option!r} conflicts with an earlier option")
+            values[field_name] = value
+        try:
+            return cls(base, **values)
+        except ValueError as err:
+            raise ValueError(f"method {text!r}: {err}") from err
+
+    @property
+    def name(self) -> str:
+        """Canonical spelling: `parse(spec.name) == spec`."""
+        parts = [self.base]
+        if not self.fsm:
+            parts.append("no_fsm")
+        if not self.retrieval:
+            parts.append("no_retrieval")
+        if self.pld_mode != "fallback":
+            parts.append(f"pld={self.pld_mode}")
+        if self.blocking:
+            parts.append("blocking")
+        if self.sidecar_mode != "wave":
+            parts.append(next(k for k, v in SIDECAR_MODES.items() if v == self.sidecar_mode))
+        if self.sidecar is not None:
+            parts.append(self.sidecar)
+        if self.delay_s:
+            parts.append(f"delay={self.delay_s:g}")
+        if self.placement != "own_core":
+            parts.append(self.placement)
+        if self.budget is not None:
+            parts.append(f"budget={self.budget}")
+        if self.hint_tokens != DEFAULT_HINT_TOKENS:
+            parts.append(f"hint_tokens={self.hint_tokens}")
+        return ":".join(parts)
+
+    @property
+    def uses_sidecar(self) -> bool:
+        return self.base == "ooospec"
+
+    @property
+    def shares_prefill(self) -> bool:
+        """AR, PLD and ToolSpec may start from one measured prefill per request; OoO-Spec may
+        not, because its sidecar works *during* the target's prefill (that overlap is the point)."""
+        return self.base != "ooospec"
+
+    def with_sidecar(self, kind: str) -> "MethodSpec":
+        return replace(self, sidecar=kind)
+
+
+_ALLOWED: dict[str, set[str]] = {
+    "ar": set(),
+    "pld": {"budget"},
+    "toolspec": {"fsm", "retrieval", "pld_mode", "budget"},
+    "ooospec": {f.name for f in fields(MethodSpec)} - {"base"},
+}
+
+
+def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
+    def need(bases: tuple[str, ...]) -> None:
+        if base not in bases:
+            raise ValueError(f"method {text!r}: option {option!r} applies only to {list(bases)}")
+
+    key, _, value = option.partition("=")
+    if not key:
+        raise ValueError(f"method {text!r}: empty option")
+    if key in ("no_fsm", "no_retrieval") and not value:
+        need(_TOOLSPEC_PARTS)
+        return ("fsm" if key == "no_fsm" else "retrieval"), False
+    if key == "pld":
+        need(_TOOLSPEC_PARTS)
+        if value not in PLD_MODES:
+            raise ValueError(f"method {text!r}: pld={value!r}; one of {PLD_MODES}")
+        return "pld_mode", value
+    if key == "blocking" and not value:
+        need(("ooospec",))
+        return "blocking", True
+    if key in SIDECAR_MODES and not value:
+        need(("ooospec",))
+        return "sidecar_mode", SIDECAR_MODES[key]
+    if key in SIDECAR_KINDS and not value:
+        need(("ooospec",))
+        return "sidecar", key
+    if key in PLACEMENTS and not value:
+        need(("ooospec",))
+        return "placement", key
+    if key == "delay":
+        need(("ooospec",))
+        return "delay_s", _number(text, option, value, float, minimum=0.0)
+    if key == "budget":
+        need(_DRAFTING)
+        return "budget", _number(text, option, value, int, minimum=1)
+    if key == "hint_tokens":
+        need(("ooospec",))
+        return "hint_tokens", _number(text, option, value, int, minimum=1)
+    raise ValueError(f"method {text!r}: unknown option {option!r}; see ooospec.bench_methods for the grammar")
+
+
+def _number(text: str, option: str, value: str, kind: type, minimum: float) -> Any:
+    try:
+        number = kind(value)
+    except ValueError:
+        raise ValueError(f"method {text!r}: option {option!r} needs a {kind.__name__} value") from None
+    if number < minimum:
+        raise ValueError(f"method {text!r}: option {option!r} must be >= {minimum}")
+    return number
+
+
+def parse_methods(names: list[str]) -> list[MethodSpec]:
+    """Distinct specs in the given order, AR first (every record is compared with AR's output)."""
+    specs: list[MethodSpec] = []
+    for name in names:
+        spec = MethodSpec.parse(name)
+        if spec not in specs:
+            specs.append(spec)
+    ar = MethodSpec("ar")
+    return [ar] + [s for s in specs if s != ar]
+
+
+class FSMOff(SchemaFSMSource):
+    """The FSM-off ablation: ToolSpec's schema FSM with no schema compiled, so every call the
+    composite makes on it (whatever its API) finds nothing to propose."""
+
+    def begin(self, ctx: DecodeContext) -> None:
+        super().begin(ctx)
+        self.fsm = None
+
+
+class RetrievalOff(CallRetrieval):
+    """The retrieval-off ablation: call retrieval that never remembers a call."""
+
+    def propose(self, state: DecodeState) -> list[Draft]:
+        return []
+
+    def end(self, state: DecodeState, result: Any) -> None:
+        return None
+
+
+def method_sources(spec: MethodSpec, service: Any = None) -> list[DraftSource]:
+    """Fresh sources for one run of ``spec`` (kept across the run's requests: retrieval learns).
+
+    With FSM and retrieval both silent in a round, ToolSpec's prompt-lookup fallback proposes,
+    as it does in the full method."""
+    if spec.base == "ar":
+        return []
+    if spec.base == "pld":
+        return [PromptLookup()]
+    options: dict[str, Any] = {"pld_mode": spec.pld_mode}
+    if not spec.fsm:
+        options["fsm"] = FSMOff()
+    if not spec.retrieval:
+        options["retrieval"] = RetrievalOff()
+    if spec.base == "toolspec":
+        return [ToolSpec(**options)]
+    if service is None:
+        raise ValueError(f"method {spec.name!r} needs a sidecar service")
+    return ooospec_sources(service, mode=spec.sidecar_mode, blocking=spec.blocking,
+                           hint_tokens=spec.hint_tokens, **options)
+
+
+def method_budget(spec: MethodSpec, target_name: str) -> TreeBudget:
+    """The target's default tree budget, resized by ``budget=N``; OoO-Spec adds its hint chain."""
+    budget = default_budget(target_name)
+    if spec.budget is not None:
+        budget = TreeBudget(max_nodes=spec.budget, max_depth=budget.max_depth)
+    return ooospec_budget(budget, spec.hint_tokens) if spec.base == "ooospec" else budget

@@ -1,0 +1,387 @@
+"""Bench records -> the tables of the results, ablation and timeline chapters.
+
+Ratio conventions (every one is "AR time / method time", so larger is faster):
+
+* ``*_speedup``: the mean over requests of the per-request ratio (the paper's convention);
+* ``*_speedup_total``: the ratio of summed times (dominated by long requests);
+* ``decode``: the decode phase only (end of prefill to the last token); ``e2e``: end to end
+  (per-request setup + prefill + decode). On CPU the prefill dominates end-to-end time, which is
+  why both are reported.
+
+MAT is pooled: committed tokens after the first (which no draft could cover) over verify forwards.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from typing import Any, Iterable
+
+import pandas as pd
+
+from ooospec.bench import HELD_OUT_BENCHMARKS
+
+DRAFT_SOURCES = ("fsm", "retrieval", "pld", "hint")
+KEYS = ["target", "benchmark", "request_id"]
+ARRIVAL_BUCKETS = ("first boundary", "boundaries 1-3", "boundary 4+", "not before finish", "rejected")
+
+
+def frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """One row per record with the flat fields the tables need (traces and rounds left out)."""
+    rows = []
+    for r in records:
+        hint = r.get("hint") or {}
+        counts = r.get("source_counts") or {}
+        rows.append({
+            "target": r["target"], "benchmark": r["benchmark"], "request_id": r["request_id"],
+            "position": r.get("position", 0), "method": r["method"], "method_base": r["method_base"],
+            "sidecar": r.get("sidecar"), "identical": bool(r["identical_to_ar"]), "tokens": r["tokens"],
+            "prefill_s": r["prefill_s"], "decode_s": r["decode_s"], "total_s": r["total_s"],
+            "forwards": r["forwards"], "target_forwards": r["target_forwards"],
+            "tree_size": r.get("mean_tree_size", 0.0),
+            **{f"acc_{s}": counts.get(s, 0) for s in (*DRAFT_SOURCES, "bonus")},
+            "hint_ready_round": hint.get("ready_round"), "hint_error": hint.get("error"),
+            "payload_bytes": hint.get("payload_bytes") or None, "wave_s": hint.get("wave_s"),
+        })
+    return pd.DataFrame(rows)
+
+
+def with_reference(df: pd.DataFrame, reference: str = "ar") -> pd.DataFrame:
+    """Adds the reference method's times of the same request (columns ``ref_*``)."""
+    ref = df[df.method == reference][KEYS + ["decode_s", "total_s", "prefill_s"]]
+    ref = ref.rename(columns={"decode_s": "ref_decode_s", "total_s": "ref_total_s", "prefill_s": "ref_prefill_s"})
+    return df.merge(ref, on=KEYS, how="inner")
+
+
+def _cell(group: pd.DataFrame) -> dict[str, Any]:
+    decoded = (group.tokens - 1).clip(lower=0).sum()
+    return {
+        "requests": len(group),
+        "decode_speedup": (group.ref_decode_s / group.decode_s).mean(),
+        "e2e_speedup": (group.ref_total_s / group.total_s).mean(),
+        "decode_speedup_total": group.ref_decode_s.sum() / group.decode_s.sum(),
+        "e2e_speedup_total": group.ref_total_s.sum() / group.total_s.sum(),
+        "mat": decoded / group.forwards.sum() if group.forwards.sum() else math.nan,
+        "lossless": group.identical.mean(),
+        "target_forwards": group.target_forwards.mean(),
+        "tokens": group.tokens.mean(),
+        "prefill_s": group.prefill_s.mean(),
+        "decode_s": group.decode_s.mean(),
+        "total_s": group.total_s.mean(),
+    }
+
+
+def method_table(records: Iterable[dict[str, Any]], by: tuple[str, ...] = ("target", "benchmark", "method")) -> pd.DataFrame:
+    """Per group: speedups over AR (mean of ratios and ratio of totals), MAT, lossless rate."""
+    df = with_reference(frame(records))
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "requests"])
+    rows = [{**dict(zip(by, key if isinstance(key, tuple) else (key,))), **_cell(group)}
+            for key, group in df.groupby(list(by), sort=False)]
+    return pd.DataFrame(rows)
+
+
+def versus(records: Iterable[dict[str, Any]], reference: str, by: tuple[str, ...] = ("target", "benchmark", "method")) -> pd.DataFrame:
+    """Per group: time of ``reference`` / time of the method (mean of per-request ratios)."""
+    df = with_reference(frame(records), reference)
+    if df.empty:
+        return pd.DataFrame(columns=[*by])
+    out = df.groupby(list(by), sort=False).apply(lambda g: pd.Series({
+        f"decode_vs_{reference}": (g.ref_decode_s / g.decode_s).mean(),
+        f"e2e_vs_{reference}": (g.ref_total_s / g.total_s).mean(),
+        f"decode_vs_{reference}_total": g.ref_decode_s.sum() / g.decode_s.sum(),
+    }), include_groups=False)
+    return out.reset_index()
+
+
+def main_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """The paper-style table: per target x benchmark x method, plus OoO-Spec vs ToolSpec."""
+    records = list(records)
+    table = method_table(records)
+    if table.empty:
+        return table
+    methods = set(table.method)
+    if "toolspec" in methods:
+        table = table.merge(versus(records, "toolspec"), on=["target", "benchmark", "method"], how="left")
+    table["held_out"] = table.benchmark.isin(HELD_OUT_BENCHMARKS)
+    return table
+
+
+def headline(table: pd.DataFrame, metric: str = "e2e_speedup") -> pd.DataFrame:
+    """Per method over the target x benchmark cells: unweighted mean, min and max of ``metric``
+    (the paper's "2.46x-5.34x, mean 3.89x" is this over its 21 cells)."""
+    if table.empty:
+        return pd.DataFrame(columns=["method", "cells", "mean", "min", "max"])
+    grouped = table.groupby("method", sort=False)[metric]
+    return pd.DataFrame({"cells": grouped.size(), "mean": grouped.mean(), "min": grouped.min(),
+                         "max": grouped.max()}).reset_index()
+
+
+# ---------------------------------------------------------------- the hint
+
+
+def arrival_bucket(ready_round: Any, error: Any) -> str:
+    """Where the hint joined: the boundary index that first saw it, or why it never did."""
+    if ready_round is None or (isinstance(ready_round, float) and math.isnan(ready_round)):
+        if isinstance(error, str) and "not ready before" in error:
+            return "not before finish"
+        return "rejected"
+    ready_round = int(ready_round)
+    if ready_round == 0:
+        return "first boundary"
+    return "boundaries 1-3" if ready_round <= 3 else "boundary 4+"
+
+
+def hint_table(records: Iterable[dict[str, Any]], by: tuple[str, ...] = ("target", "benchmark", "method")) -> pd.DataFrame:
+    """Per group of hint-using records: arrival distribution, share of accepted tokens from the
+    hint, payload bytes, wave time and the sidecar-wave / target-AR latency ratio."""
+    df = with_reference(frame(records))
+    df = df[df.method_base == "ooospec"]
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "requests"])
+    rows = []
+    for key, g in df.groupby(list(by), sort=False):
+        buckets = Counter(arrival_bucket(r, e) for r, e in zip(g.hint_ready_round, g.hint_error))
+        accepted = sum(g[f"acc_{s}"].sum() for s in DRAFT_SOURCES)
+        ready = g.hint_ready_round.dropna()
+        wave = g.wave_s.dropna()
+        rows.append({
+            **dict(zip(by, key if isinstance(key, tuple) else (key,))),
+            "requests": len(g),
+            "sidecar": ", ".join(sorted(set(g.sidecar.dropna()))),
+            **{f"arrived: {b}": buckets.get(b, 0) for b in ARRIVAL_BUCKETS},
+            "median_ready_round": ready.median() if len(ready) else math.nan,
+            "hint_share_of_drafted": g.acc_hint.sum() / accepted if accepted else 0.0,
+            "hint_share_of_output": g.acc_hint.sum() / g.tokens.sum() if g.tokens.sum() else 0.0,
+            "payload_bytes": g.payload_bytes.dropna().mean(),
+            "median_wave_s": wave.median() if len(wave) else math.nan,
+            "wave_over_ar_total": (g.wave_s / g.ref_total_s).median() if len(wave) else math.nan,
+            "wave_over_ar_prefill": (g.wave_s / g.ref_prefill_s).median() if len(wave) else math.nan,
+            "errors": "; ".join(f"{n}x {e}" for e, n in Counter(_short(e) for e in g.hint_error.dropna()).most_common(3)),
+        })
+    return pd.DataFrame(rows)
+
+
+def _short(error: str) -> str:
+    return re.sub(r"'[^']*'", "'...'", str(error))[:60]
+
+
+def arrival_rounds(records: Iterable[dict[str, Any]], method: str = "ooospec") -> pd.DataFrame:
+    """One row per request of ``method``: the boundary the hint arrived at and its share of rounds."""
+    rows = []
+    for r in records:
+        if r["method"] != method or r.get("hint") is None:
+            continue
+        hint = r["hint"]
+        rows.append({"target": r["target"], "benchmark": r["benchmark"], "request_id": r["request_id"],
+                     "ready_round": hint.get("ready_round"), "forwards": r["forwards"],
+                     "bucket": arrival_bucket(hint.get("ready_round"), hint.get("error")),
+                     "ready_fraction": (hint["ready_round"] / r["forwards"]) if hint.get("ready_round") is not None
+                     and r["forwards"] else math.nan})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- ablations
+
+
+# variant -> (the method it is compared with, what the comparison shows)
+BASE_LABELS = {"ar": "autoregressive", "pld": "prompt lookup", "toolspec": "ToolSpec (= OoO-Spec, hint off)",
+               "ooospec": "OoO-Spec (full)"}
+ABLATIONS: dict[str, tuple[str, str]] = {
+    "toolspec": ("ooospec", "hint off (= ToolSpec)"),
+    "toolspec:no_fsm": ("toolspec", "ToolSpec, FSM off"),
+    "toolspec:no_retrieval": ("toolspec", "ToolSpec, retrieval off"),
+    "ooospec:no_fsm": ("ooospec", "OoO-Spec, FSM off"),
+    "ooospec:no_retrieval": ("ooospec", "OoO-Spec, retrieval off"),
+    "ooospec:blocking": ("ooospec", "blocking sidecar (wait for the hint)"),
+    "ooospec:sequential": ("ooospec", "sequential slot decoding"),
+    "ooospec:two_waves": ("ooospec", "two waves (function, then its arguments)"),
+    "ooospec:no_prefix_share": ("ooospec", "one wave without a shared prefix cache"),
+    "ooospec:base_only": ("ooospec", "sidecar base without the adapter"),
+    "ooospec:oracle": ("ooospec", "oracle hint (the target's own call): upper bound"),
+    "ooospec:gold": ("ooospec", "gold call as the hint"),
+    "ooospec:shared_core": ("ooospec", "sidecar on the target's core"),
+    "ooospec:in_process": ("ooospec", "sidecar as a thread of the target's process"),
+}
+
+
+def ablation_label(method: str) -> str:
+    if method in BASE_LABELS:
+        return BASE_LABELS[method]
+    if method in ABLATIONS:
+        return ABLATIONS[method][1]
+    if method.startswith("ooospec:delay="):
+        return f"OoO-Spec, +{method.split('=', 1)[1]} s sidecar latency"
+    if ":budget=" in method:
+        base, budget = method.split(":budget=")
+        return f"{base}, {budget}-node trees"
+    return method
+
+
+def ablation_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """Per method, pooled over targets and benchmarks: speedups over AR and over ToolSpec, MAT,
+    lossless rate and the hint's share, each ablation next to the method it is compared with."""
+    records = list(records)
+    table = method_table(records, by=("method",))
+    if table.empty:
+        return table
+    if "toolspec" in set(table.method):
+        table = table.merge(versus(records, "toolspec", by=("method",)), on="method", how="left")
+    hints = hint_table(records, by=("method",))
+    if not hints.empty:
+        table = table.merge(hints[["method", "hint_share_of_drafted", "median_ready_round"]], on="method", how="left")
+    table.insert(1, "variant", table.method.map(ablation_label))
+    table["compared_with"] = table.method.map(lambda m: ABLATIONS.get(m, (_sweep_reference(m), ""))[0])
+    return table
+
+
+def _sweep_reference(method: str) -> str | None:
+    if method.startswith("ooospec:delay="):
+        return "ooospec"
+    if ":budget=" in method:
+        return method.split(":budget=")[0]
+    return None
+
+
+def ablation_findings(table: pd.DataFrame) -> list[str]:
+    """One sentence per ablation row, computed from the table (decode phase is the main effect)."""
+    by_method = {row.method: row for row in table.itertuples()}
+    lines = []
+    for row in table.itertuples():
+        reference = by_method.get(row.compared_with) if isinstance(row.compared_with, str) else None
+        if reference is None or row.method == row.compared_with:
+            continue
+        ratio = reference.decode_s / row.decode_s if row.decode_s else math.nan
+        e2e = reference.total_s / row.total_s if row.total_s else math.nan
+        verdict = "faster" if ratio > 1.02 else ("slower" if ratio < 0.98 else "no different (within 2%)")
+        lines.append(f"{row.variant}: decode phase {ratio:.2f}x the speed of {row.compared_with} ({verdict}), "
+                     f"end to end {e2e:.2f}x; MAT {row.mat:.2f} vs {reference.mat:.2f}; "
+                     f"lossless {row.lossless:.0%} ({row.requests} requests).")
+    return lines
+
+
+def delay_sweep(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """OoO-Spec's speed over ToolSpec per injected sidecar latency (0 = the plain method)."""
+    records = list(records)
+    versus_ts = versus(records, "toolspec", by=("method",))
+    rows = []
+    for row in versus_ts.itertuples():
+        if row.method == "ooospec":
+            delay = 0.0
+        elif row.method.startswith("ooospec:delay="):
+            delay = float(row.method.split("=", 1)[1])
+        else:
+            continue
+        rows.append({"delay_s": delay, "method": row.method, "decode_vs_toolspec": row.decode_vs_toolspec,
+                     "e2e_vs_toolspec": row.e2e_vs_toolspec})
+    return pd.DataFrame(rows, columns=["delay_s", "method", "decode_vs_toolspec", "e2e_vs_toolspec"]).sort_values("delay_s")
+
+
+def crossover(sweep: pd.DataFrame, column: str = "decode_vs_toolspec") -> float | None:
+    """The injected latency (s) where OoO-Spec stops beating ToolSpec: the first linear crossing
+    of 1.0 in the sweep; None when it never crosses inside the swept range."""
+    points = list(zip(sweep.delay_s, sweep[column]))
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if y0 > 1.0 >= y1:
+            return x0 + (y0 - 1.0) * (x1 - x0) / (y0 - y1)
+    if points and points[0][1] <= 1.0:
+        return points[0][0]
+    return None
+
+
+def budget_sweep(records: Iterable[dict[str, Any]], default_nodes: int = 16) -> pd.DataFrame:
+    """Speedup over AR per tree budget, for each method base that was swept."""
+    table = method_table(records, by=("method",))
+    rows = []
+    for row in table.itertuples():
+        base, _, budget = row.method.partition(":budget=")
+        if ":" in base:
+            continue
+        rows.append({"base": base, "nodes": int(budget) if budget else default_nodes, "method": row.method,
+                     "decode_speedup": row.decode_speedup, "e2e_speedup": row.e2e_speedup, "mat": row.mat})
+    out = pd.DataFrame(rows, columns=["base", "nodes", "method", "decode_speedup", "e2e_speedup", "mat"])
+    swept = {b for b, m in zip(out.base, out.method) if ":budget=" in m}
+    return out[out.base.isin(swept)].sort_values(["base", "nodes"])
+
+
+# ---------------------------------------------------------------- timelines
+
+
+def pick_timelines(records: Iterable[dict[str, Any]], method: str = "ooospec") -> dict[str, dict[str, Any]]:
+    """Representative requests of ``method``: the hint early (first boundary, and it supplied
+    tokens), late (the latest arrival that still supplied tokens), wrong (arrived, supplied
+    nothing or was rejected) and none (not ready before the request finished)."""
+    candidates = [r for r in records if r["method"] == method and r.get("hint") is not None]
+    picks: dict[str, dict[str, Any]] = {}
+
+    def supplied(r: dict[str, Any]) -> int:
+        return (r.get("source_counts") or {}).get("hint", 0)
+
+    arrived = [r for r in candidates if r["hint"].get("ready_round") is not None]
+    early = [r for r in arrived if r["hint"]["ready_round"] == 0 and supplied(r) > 0]
+    if early:
+        picks["early"] = max(early, key=supplied)
+    late = [r for r in arrived if r["hint"]["ready_round"] > 0 and supplied(r) > 0]
+    if late:
+        picks["late"] = max(late, key=lambda r: r["hint"]["ready_round"])
+    wrong = [r for r in arrived if supplied(r) == 0] + \
+            [r for r in candidates if r["hint"].get("ready_round") is None and "not ready" not in (r["hint"].get("error") or "")]
+    if wrong:
+        picks["wrong"] = wrong[0]
+    none = [r for r in candidates if "not ready" in (r["hint"].get("error") or "")]
+    if none:
+        picks["none"] = none[0]
+    return picks
+
+
+def reference_record(records: Iterable[dict[str, Any]], record: dict[str, Any], method: str = "ar") -> dict[str, Any] | None:
+    """The record of ``method`` on the same target and request."""
+    return next((r for r in records if r["method"] == method and r["target"] == record["target"]
+                 and r["request_id"] == record["request_id"]), None)
+
+
+# ---------------------------------------------------------------- prose lines
+
+
+NAMES = {"ar": "AR", "pld": "PLD", "toolspec": "ToolSpec", "ooospec": "OoO-Spec"}
+
+
+def headline_lines(table: pd.DataFrame) -> list[str]:
+    """The main table in a few sentences (every number computed here, none typed in)."""
+    lines = []
+    for method in [m for m in dict.fromkeys(table.method) if m != "ar"]:
+        sub = table[table.method == method]
+        name = NAMES.get(method, method)
+        lines.append(
+            f"{name}: end-to-end speedup over AR {sub.e2e_speedup.mean():.2f}x on average over {len(sub)} cells "
+            f"({sub.e2e_speedup.min():.2f}x-{sub.e2e_speedup.max():.2f}x); decode phase {sub.decode_speedup.mean():.2f}x "
+            f"({sub.decode_speedup.min():.2f}x-{sub.decode_speedup.max():.2f}x); MAT {sub.mat.min():.2f}-{sub.mat.max():.2f}; "
+            f"lossless {sub.lossless.mean():.0%}.")
+    if {"ooospec", "toolspec"} <= set(table.method) and "decode_vs_toolspec" in table:
+        sub = table[table.method == "ooospec"]
+        lines.append(f"OoO-Spec vs ToolSpec: decode phase {sub.decode_vs_toolspec.mean():.2f}x "
+                     f"({sub.decode_vs_toolspec.min():.2f}x-{sub.decode_vs_toolspec.max():.2f}x over cells), "
+                     f"end to end {sub.e2e_vs_toolspec.mean():.2f}x.")
+    return lines
+
+
+def mismatches(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """Records whose output differs from AR's: where, and how close the target's top-2 logits were
+    there (a gap near fp32 noise marks a numerical near-tie, not a verifier bug)."""
+    rows = [{"target": r["target"], "benchmark": r["benchmark"], "request_id": r["request_id"], "method": r["method"],
+             **(r.get("mismatch") or {})} for r in records if not r["identical_to_ar"]]
+    return pd.DataFrame(rows, columns=["target", "benchmark", "request_id", "method", "position", "ar_token", "token",
+                                       "ar_margin", "margin"])
+
+
+def timeline_groups(records: Iterable[dict[str, Any]], method: str = "ooospec") -> dict[str, list[dict[str, Any]]]:
+    """`pick_timelines` per target, each pick drawn next to AR on the same request:
+    ``"<target>: <category>" -> [AR record, method record]``."""
+    records = list(records)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for target in dict.fromkeys(r["target"] for r in records):
+        own = [r for r in records if r["target"] == target]
+        for category, record in pick_timelines(own, method).items():
+            groups[f"{target}: {category}"] = [r for r in (reference_record(own, record), record) if r is not None]
+    return groups

@@ -1,0 +1,305 @@
+"""The bench: method names, summary math on synthetic records, and resumable slices on a tiny model.
+
+The slice tests run the real bench loop (shared prefill, interleaved methods, a sidecar process
+answering with gold calls) on a random 2-layer Llama with a tiny byte-level tokenizer, so they
+need no downloaded weights and take seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ooospec.bench import (BenchConfig, bench_stage, first_difference, run_bench, sample_requests, slice_path,
+                           warmup_requests)
+from ooospec.bench_methods import FSMOff, MethodSpec, RetrievalOff, method_budget, method_sources, parse_methods
+from ooospec.bench_oracle import CallDirectory
+from ooospec.bench_summary import (ablation_findings, ablation_table, arrival_bucket, crossover, delay_sweep,
+                                   hint_table, main_table, method_table)
+from ooospec.data.request import Request
+from ooospec.decoding.toolspec import ToolSpec
+
+# ---------------------------------------------------------------- method names
+
+
+@pytest.mark.parametrize("text, canonical", [
+    ("ar", "ar"),
+    ("ooospec:delay=2.0", "ooospec:delay=2"),
+    ("ooospec:shared_core:no_fsm", "ooospec:no_fsm:shared_core"),
+    ("ooospec:two_waves:oracle:budget=32", "ooospec:two_waves:oracle:budget=32"),
+    ("toolspec:no_retrieval:pld=off", "toolspec:no_retrieval:pld=off"),
+    ("pld:budget=8", "pld:budget=8"),
+])
+def test_method_names_are_canonical_and_round_trip(text, canonical):
+    spec = MethodSpec.parse(text)
+    assert spec.name == canonical
+    assert MethodSpec.parse(spec.name) == spec
+
+
+def test_method_options_parse_into_fields():
+    spec = MethodSpec.parse("ooospec:no_retrieval:blocking:sequential:base_only:delay=0.5:in_process:hint_tokens=8")
+    assert (spec.fsm, spec.retrieval, spec.blocking) == (True, False, True)
+    assert (spec.sidecar_mode, spec.sidecar, spec.delay_s) == ("sequential", "base_only", 0.5)
+    assert (spec.placement, spec.hint_tokens) == ("in_process", 8)
+    assert MethodSpec.parse("ooospec:no_prefix_share").sidecar_mode == "wave_no_prefix_share"
+    assert not MethodSpec.parse("ooospec").shares_prefill and MethodSpec.parse("toolspec").shares_prefill
+
+
+@pytest.mark.parametrize("text, message", [
+    ("eagle3", "unknown base"),
+    ("ar:no_fsm", "applies only to"),
+    ("toolspec:blocking", "applies only to"),
+    ("ooospec:delay=soon", "needs a float"),
+    ("ooospec:delay=-1", "must be >="),
+    ("ooospec:oracle:gold", "conflicts"),
+    ("ooospec:warp_speed", "unknown option"),
+    ("toolspec:pld=sometimes", "pld="),
+])
+def test_bad_method_names_say_what_is_wrong(text, message):
+    with pytest.raises(ValueError, match=message) as err:
+        MethodSpec.parse(text)
+    assert repr(text) in str(err.value)
+
+
+def test_parse_methods_puts_ar_first_and_drops_duplicates():
+    specs = parse_methods(["toolspec", "ooospec:delay=1.0", "ar", "ooospec:delay=1"])
+    assert [s.name for s in specs] == ["ar", "toolspec", "ooospec:delay=1"]
+
+
+def test_ablation_sources_switch_parts_off_and_budgets_resize():
+    (toolspec,) = method_sources(MethodSpec.parse("toolspec:no_fsm"))
+    assert isinstance(toolspec, ToolSpec) and isinstance(toolspec.fsm, FSMOff)
+    assert not isinstance(toolspec.retrieval, RetrievalOff)
+    (toolspec,) = method_sources(MethodSpec.parse("toolspec:no_retrieval"))
+    assert isinstance(toolspec.retrieval, RetrievalOff) and not isinstance(toolspec.fsm, FSMOff)
+    assert method_sources(MethodSpec("ar")) == []
+    with pytest.raises(ValueError, match="needs a sidecar"):
+        method_sources(MethodSpec("ooospec"))
+    assert method_budget(MethodSpec.parse("toolspec:budget=8"), "qwen2.5-coder-0.5b").max_nodes == 8
+    hinted = method_budget(MethodSpec.parse("ooospec:budget=8:hint_tokens=4"), "qwen2.5-coder-0.5b")
+    assert hinted.max_nodes == 12
+
+
+def test_fsm_off_proposes_nothing_where_the_fsm_would():
+    from ooospec.decoding.base import DecodeContext, DecodeState
+    from ooospec.models.formats.llama_json import LlamaJson
+    from ooospec.sidecar.tiny import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    request = _requests("apibank", 1)[0]
+    proposals = {}
+    for spec in ("toolspec", "toolspec:no_fsm"):
+        (source,) = method_sources(MethodSpec.parse(spec))
+        ctx = DecodeContext(request, tokenizer, LlamaJson(), tokenizer.encode("weather?"), [tokenizer.eos_token_id])
+        source.begin(ctx)
+        state = DecodeState(ctx)
+        state.commit(tokenizer.encode('{"name": "'))
+        proposals[spec] = {d.source for d in source.propose(state)}
+    assert "fsm" in proposals["toolspec"] and "fsm" not in proposals["toolspec:no_fsm"]
+
+
+def test_config_rejects_unknown_benchmark_and_method():
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        BenchConfig(benchmarks=["apibank", "gsm8k"])
+    with pytest.raises(ValueError, match="unknown base"):
+        BenchConfig(methods=["ar", "medusa"])
+
+
+# ---------------------------------------------------------------- requests and records
+
+
+def _requests(prefix: str, n: int) -> list[Request]:
+    tools = [{"name": "get_weather", "description": "Weather of a city.",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    cities = ["Paris", "Lyon", "Oslo", "Rome", "Bern", "Nice"]
+    return [Request(f"{prefix}-{i}", prefix, "eval", [{"role": "user", "content": f"Weather in {cities[i % 6]}?"}],
+                    tools, [{"name": "get_weather", "arguments": {"city": cities[i % 6]}}]) for i in range(n)]
+
+
+def test_sample_is_seeded_in_file_order_and_warmup_is_outside_it():
+    requests = _requests("apibank", 20)
+    sample = sample_requests(requests, 5, seed=3, benchmark="apibank")
+    assert sample == sample_requests(requests, 5, seed=3, benchmark="apibank")
+    assert sample != sample_requests(requests, 5, seed=4, benchmark="apibank")
+    positions = [requests.index(r) for r in sample]
+    assert positions == sorted(positions)
+    assert sample_requests(requests, None, 0, "apibank") == requests
+    warm = warmup_requests(requests, sample, 2)
+    assert len(warm) == 2 and not set(r.id for r in warm) & set(r.id for r in sample)
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 9, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def test_call_directory_is_a_mapping_filled_later(tmp_path):
+    calls = CallDirectory(tmp_path / "calls")
+    assert calls.get("r/1") is None and len(calls) == 0
+    calls.put("r/1", {"name": "f", "arguments": {"x": 1}})
+    assert calls["r/1"] == {"name": "f", "arguments": {"x": 1}} and list(calls) == ["r/1"]
+    calls.put("r/1", None)
+    assert "r/1" not in calls
+
+
+# ---------------------------------------------------------------- summary math
+
+
+def fake(method: str, request: str, decode_s: float, total_s: float, tokens: int = 11, forwards: int = 10,
+         identical: bool = True, counts: dict | None = None, hint: dict | None = None,
+         target: str = "t", benchmark: str = "apibank") -> dict:
+    return {"id": f"{target}/{benchmark}/{request}/{method}", "target": target, "benchmark": benchmark,
+            "request_id": request, "method": method, "method_base": method.split(":")[0], "sidecar": None,
+            "identical_to_ar": identical, "tokens": tokens, "prefill_s": total_s - decode_s, "decode_s": decode_s,
+            "total_s": total_s, "forwards": forwards, "target_forwards": forwards + 1, "mean_tree_size": 4.0,
+            "source_counts": counts or {"bonus": tokens}, "hint": hint, "trace": [], "shared_prefill": True}
+
+
+SYNTHETIC = [
+    fake("ar", "a", 10.0, 20.0), fake("toolspec", "a", 5.0, 15.0, forwards=4), fake("ooospec", "a", 4.0, 14.0, forwards=2,
+         counts={"hint": 6, "fsm": 2, "bonus": 3}, hint={"ready_round": 0, "payload_bytes": 80, "wave_s": 2.0}),
+    fake("ar", "b", 30.0, 40.0), fake("toolspec", "b", 10.0, 20.0, forwards=5), fake("ooospec", "b", 10.0, 20.0, forwards=5,
+         identical=False, hint={"ready_round": None, "error": "hint not ready before the request finished", "wave_s": None}),
+]
+
+
+def test_speedups_are_means_of_ratios_and_ratios_of_totals():
+    table = method_table(SYNTHETIC).set_index("method")
+    assert table.loc["ar", "decode_speedup"] == pytest.approx(1.0)
+    assert table.loc["toolspec", "decode_speedup"] == pytest.approx((10 / 5 + 30 / 10) / 2)
+    assert table.loc["toolspec", "decode_speedup_total"] == pytest.approx(40 / 15)
+    assert table.loc["ooospec", "e2e_speedup"] == pytest.approx((20 / 14 + 40 / 20) / 2)
+    assert table.loc["ooospec", "mat"] == pytest.approx((10 + 10) / (2 + 5))  # tokens after the first / forwards
+    assert table.loc["ooospec", "lossless"] == pytest.approx(0.5)
+    main = main_table(SYNTHETIC).set_index("method")
+    assert main.loc["ooospec", "decode_vs_toolspec"] == pytest.approx((5 / 4 + 10 / 10) / 2)
+    assert not main.held_out.any()
+
+
+def test_hint_table_counts_arrivals_shares_and_bytes():
+    row = hint_table(SYNTHETIC).iloc[0]
+    assert row["arrived: first boundary"] == 1 and row["arrived: not before finish"] == 1
+    assert row["hint_share_of_drafted"] == pytest.approx(6 / 8)
+    assert row["hint_share_of_output"] == pytest.approx(6 / 22)
+    assert row["payload_bytes"] == pytest.approx(80)
+    assert row["wave_over_ar_total"] == pytest.approx(2.0 / 20.0)
+    assert arrival_bucket(5, None) == "boundary 4+" and arrival_bucket(None, "payload is not JSON") == "rejected"
+
+
+def test_ablation_findings_are_computed_from_the_table():
+    records = SYNTHETIC + [fake("ooospec:no_fsm", "a", 8.0, 18.0), fake("ooospec:no_fsm", "b", 20.0, 30.0)]
+    table = ablation_table(records)
+    findings = ablation_findings(table)
+    no_fsm = next(line for line in findings if line.startswith("OoO-Spec, FSM off"))
+    assert "0.50x the speed of ooospec (slower)" in no_fsm  # (4+10)/(8+20) pooled means
+
+
+def test_latency_crossover_interpolates_where_the_hint_stops_paying():
+    records = [fake("ar", "a", 10.0, 20.0), fake("toolspec", "a", 5.0, 15.0), fake("ooospec", "a", 2.5, 12.5),
+               fake("ooospec:delay=1", "a", 4.0, 14.0), fake("ooospec:delay=4", "a", 10.0, 20.0)]
+    sweep = delay_sweep(records)
+    assert list(sweep.delay_s) == [0.0, 1.0, 4.0]
+    # 5/4 = 1.25 at 1 s, 5/10 = 0.5 at 4 s: crosses 1.0 a third of the way
+    assert crossover(sweep) == pytest.approx(1.0 + 0.25 / 0.75 * 3.0)
+    assert crossover(sweep[sweep.delay_s < 2]) is None
+    assert math.isclose(sweep.iloc[0].decode_vs_toolspec, 2.0)
+
+
+# ---------------------------------------------------------------- resumable slices on a tiny model
+
+
+class TinyTargets:
+    """A random 2-layer Llama as the only target; counts loads, and can be interrupted at its
+    (n+1)-th prefill (a forward over more than one token that starts an empty cache)."""
+
+    def __init__(self, fail_after_prefills: int | None = None):
+        self.loads = 0
+        self.fail_after_prefills = fail_after_prefills
+
+    def fingerprint(self, name: str) -> str:
+        if name != "tiny":
+            raise FileNotFoundError(f"no weights for {name}")
+        return "tiny0001"
+
+    def load(self, name: str):
+        from ooospec.models.formats.llama_json import LlamaJson
+        from ooospec.models.target import TargetModel
+        from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+
+        self.loads += 1
+        model, tokenizer = tiny_model_and_tokenizer(seed=1)
+        if self.fail_after_prefills is not None:
+            budget = {"left": self.fail_after_prefills}
+            original = model.forward
+
+            def forward(*args, **kwargs):
+                cache = kwargs.get("cache") or kwargs.get("past_key_values")
+                if cache is not None and cache.get_seq_length() == 0:
+                    budget["left"] -= 1
+                    if budget["left"] < 0:
+                        raise KeyboardInterrupt("interrupted mid-slice")
+                return original(*args, **kwargs)
+
+            model.forward = forward
+        return TargetModel("tiny", model, tokenizer, LlamaJson(), [tokenizer.eos_token_id], "system_tools_json")
+
+
+@pytest.fixture()
+def artifacts(tmp_path, monkeypatch):
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    return tmp_path
+
+
+FILES = {"apibank": _requests("apibank", 6), "bfcl": _requests("bfcl", 6)}
+
+
+def _config(**overrides) -> BenchConfig:
+    settings = dict(targets=["tiny", "absent"], benchmarks=["apibank", "bfcl"],
+                    methods=["toolspec", "ooospec", "toolspec:no_fsm:no_retrieval"],
+                    requests=2, warmup=1, max_new_tokens=6, sidecar="gold", pin_cores=False)
+    return BenchConfig(**{**settings, **overrides})
+
+
+def test_tiny_bench_run_writes_lossless_records_and_resumes_per_slice(artifacts):
+    cfg = _config()
+    targets = TinyTargets()
+    records = run_bench(cfg, targets=targets, load_requests=FILES.__getitem__)
+    assert len(records) == 2 * 2 * 4  # benchmarks x requests x (ar, toolspec, ooospec, toolspec:no_fsm:...)
+    assert records.skipped_targets.keys() == {"absent"} and "no weights" in " ".join(records.notes())
+    assert all(r["identical_to_ar"] for r in records)
+    assert [r["method"] for r in records[:4]] == ["ar", "toolspec", "ooospec", "toolspec:no_fsm:no_retrieval"]
+    ablated = [r for r in records if r["method"] == "toolspec:no_fsm:no_retrieval"]
+    def drafted(method: str) -> set[str]:  # sources that put nodes into some verify tree
+        return {s for r in records if r["method"] == method for rnd in r["rounds"] for s in rnd["sources"]}
+
+    assert "retrieval" in drafted("toolspec") and not {"fsm", "retrieval"} & drafted("toolspec:no_fsm:no_retrieval")
+    ooo = [r for r in records if r["method"] == "ooospec"]
+    assert all(r["sidecar"] == "gold" and not r["shared_prefill"] and r["hint"] is not None for r in ooo)
+    assert all(r["shared_prefill"] for r in records if r["method"] != "ooospec")
+    assert {e["kind"] for e in ooo[0]["trace"]} >= {"sidecar_submit", "prefill_start", "prefill_end", "finish"}
+    assert (records.stage.dir / "records.jsonl").read_text().count("\n") == len(records)
+
+    # a finished slice is never redone: nothing pending, the target is not even loaded
+    again = run_bench(cfg, targets=targets, load_requests=FILES.__getitem__)
+    assert targets.loads == 1 and [r["id"] for r in again] == [r["id"] for r in records]
+
+    # a removed (unfinished) slice is redone, the other is kept as it was
+    kept = slice_path(records.stage, "tiny", "tiny0001", "apibank")
+    redo = slice_path(records.stage, "tiny", "tiny0001", "bfcl")
+    stamp = kept.stat().st_mtime_ns
+    redo.unlink()
+    run_bench(cfg, targets=targets, load_requests=FILES.__getitem__)
+    assert targets.loads == 2 and redo.exists() and kept.stat().st_mtime_ns == stamp
+
+
+def test_an_interrupted_slice_leaves_no_file_and_is_redone(artifacts):
+    cfg = _config(methods=["toolspec"], warmup=0, targets=["tiny"])
+    with pytest.raises(KeyboardInterrupt):  # apibank's 2 requests share one prefill each; bfcl's first fails
+        run_bench(cfg, targets=TinyTargets(fail_after_prefills=2), load_requests=FILES.__getitem__)
+    done = slice_path(bench_stage(cfg), "tiny", "tiny0001", "apibank")
+    assert done.exists() and not done.with_name("bfcl.jsonl").exists()
+    assert not list(done.parent.glob("*.tmp"))
+    records = run_bench(cfg, targets=TinyTargets(), load_requests=FILES.__getitem__)
+    assert len(records) == 2 * 2 * 2 and records.stage.done
