@@ -270,8 +270,9 @@ def calls_from_traces(requests: Iterable[Request], traces: Iterable[dict[str, An
         record = by_id.get(request.id)
         if record is None:
             selection.dropped["not traced"] += 1
-        elif record["call"] is None:
-            selection.dropped[f"teacher: {record.get('reason') or 'no valid call'}"] += 1
+        elif record["call"] is None:  # reasons read "kind: detail"; the kind is what is counted
+            reason = str(record.get("reason") or "no valid call").split(":")[0]
+            selection.dropped[f"teacher: {reason}"] += 1
         else:
             call = Call.from_dict(record["call"])
             if request.tool(call.name) is None:

@@ -101,3 +101,23 @@ def test_prefix_tokens_are_the_training_prefix():
     row = expand_call(req, req.gold[0])[0]
     predictor = SlotPredictor(model, tokenizer)
     assert predictor.prefix_ids(req) == encode(tokenizer, row.prefix)
+
+
+def test_teacher_calls_where_traced_gold_elsewhere(monkeypatch):
+    from ooospec.sidecar import training
+
+    reqs = [request("a", "Paris"), request("b", "Oslo"), request("c", "Rome")]
+    traces = [{"id": "a", "call": {"name": "get_time", "arguments": {"zone": "CET"}}, "reason": None},
+              {"id": "b", "call": None, "reason": "unknown_function: get_tide"}]
+    monkeypatch.setattr(training, "teacher_traces", lambda requests, profile: (traces, "2 test traces"))
+    mixed, label = training.select_calls(reqs, "train", SidecarConfig(calls="teacher+gold"))
+    assert [(k.request_id, k.origin, k.call.name) for k in mixed.kept] == [("a", "teacher", "get_time"),
+                                                                           ("c", "gold", "get_weather")]
+    assert dict(mixed.dropped) == {"teacher: unknown_function": 1} and "gold for the 1 untraced" in label
+    only, _ = training.select_calls(reqs, "train", SidecarConfig(calls="teacher"))
+    assert [k.request_id for k in only.kept] == ["a"] and only.dropped["not traced"] == 1
+    first = training.subset(mixed, 1, seed=0)
+    assert [k.origin for k in first.kept] == ["teacher"] and first.dropped["beyond subset limit"] == 1
+    monkeypatch.setattr(training, "teacher_traces", lambda requests, profile: None)
+    fallback, label = training.select_calls(reqs, "train", SidecarConfig(calls="teacher+gold"))
+    assert len(fallback.kept) == 3 and label.startswith("gold (fallback")

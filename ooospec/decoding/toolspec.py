@@ -1,11 +1,15 @@
 """ToolSpec (Xia et al. 2026): schema FSM + call retrieval, with prompt lookup as general fallback.
 
-One composite source so that the merge policy lives in one place: FSM scaffold drafts first (the
-schema fixes them, so they are the likeliest), the best of them continued by retrieval (the value
-an earlier call put after the same key), then retrieved continuations of the committed text
-(values and whole calls seen earlier in the run), prompt lookup only in rounds where neither has anything
-(ToolSpec's own fallback is a token-recycling tree; PLD plays that role here without any extra
-model state), and last the FSM's bets that an open value ends right here.
+One composite source so that the merge policy lives in one place, in priority order:
+
+1. FSM scaffold drafts (the schema fixes them, so they are the likeliest);
+2. the best scaffold draft continued by retrieval (the value an earlier call put after the same
+   key, or the rest of that call), placed right after it;
+3. retrieved continuations of the committed text (values and whole calls seen earlier in the run);
+4. prompt lookup, only in rounds where none of the above has anything (ToolSpec's own fallback is
+   a token-recycling tree; PLD plays that role here without extra model state);
+5. the FSM's bets that an open string value ends right here.
+
 The tree builder then cuts the merged list to the node budget and depth limit, dropping the
 later (lower-priority) drafts first.
 """
