@@ -49,7 +49,7 @@ from ooospec.decoding.verifier import TreeVerifier
 from ooospec.stage import Stage, config_key, read_jsonl
 
 STAGE_NAME = "results"
-BENCH_VERSION = 1  # bump when a record's meaning changes, so old slices are not reused
+BENCH_VERSION = 2  # 2: the trained sidecar never answers null for a required slot; bump when a record's meaning changes, so old slices are not reused
 DEFAULT_TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
 BENCHMARKS = ("apibank", "toolalpaca", "bfcl")
 DEFAULT_METHODS = ("ar", "pld", "toolspec", "ooospec")
@@ -254,6 +254,7 @@ class SidecarKey:
     kind: str
     placement: str
     delay_s: float
+    nullable: bool = False
 
 
 class SidecarPool:
@@ -266,7 +267,7 @@ class SidecarPool:
         self.services: dict[SidecarKey, Any] = {}
 
     def key(self, spec: MethodSpec) -> SidecarKey:
-        return SidecarKey(spec.sidecar or self.plan.sidecar, spec.placement, spec.delay_s)
+        return SidecarKey(spec.sidecar or self.plan.sidecar, spec.placement, spec.delay_s, spec.nullable)
 
     def service(self, spec: MethodSpec) -> Any:
         if not spec.uses_sidecar:
@@ -281,7 +282,8 @@ class SidecarPool:
         from ooospec.sidecar.service import SidecarService
 
         if key.kind in ("slot", "base_only"):
-            spec = slot_sidecar(self.plan.adapter, self.cfg.profile, base_only=key.kind == "base_only")
+            spec = slot_sidecar(self.plan.adapter, self.cfg.profile, base_only=key.kind == "base_only",
+                                required_values=not key.nullable)
         elif key.kind == "oracle":
             spec = oracle_sidecar(self.oracle_calls, wave_s=self.cfg.oracle_wave_s)
         elif key.kind == "gold":

@@ -9,6 +9,8 @@ The bench and the ablations name every variant as a string, so a notebook parame
 * ``sequential``, ``two_waves``, ``no_prefix_share`` (ooospec): how the sidecar decodes its slots;
 * ``slot``, ``base_only``, ``oracle``, ``gold`` (ooospec): which sidecar answers (default: the
   bench's ``sidecar`` setting);
+* ``nullable`` (ooospec): the trained sidecar may answer null for a slot its schema marks required
+  (by default it may not, see `ooospec.sidecar.predictor.SlotPredictor`);
 * ``delay=S`` (ooospec): seconds of latency injected after each wave (the latency sweep);
 * ``own_core``, ``shared_core``, ``in_process`` (ooospec): where the sidecar runs;
 * ``budget=N`` (pld, toolspec, ooospec): draft nodes per tree (ooospec adds its hint chain on top);
@@ -53,6 +55,7 @@ class MethodSpec:
     blocking: bool = False
     sidecar_mode: str = "wave"  # a `ooospec.sidecar.service.MODES` value
     sidecar: str | None = None  # None: the bench's sidecar
+    nullable: bool = False  # the trained sidecar may answer null for required slots
     delay_s: float = 0.0
     placement: str = "own_core"
     budget: int | None = None  # draft nodes; None: the target's default
@@ -101,6 +104,8 @@ class MethodSpec:
             parts.append(next(k for k, v in SIDECAR_MODES.items() if v == self.sidecar_mode))
         if self.sidecar is not None:
             parts.append(self.sidecar)
+        if self.nullable:
+            parts.append("nullable")
         if self.delay_s:
             parts.append(f"delay={self.delay_s:g}")
         if self.placement != "own_core":
@@ -155,6 +160,9 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key in SIDECAR_MODES and not value:
         need(("ooospec",))
         return "sidecar_mode", SIDECAR_MODES[key]
+    if key == "nullable" and not value:
+        need(("ooospec",))
+        return "nullable", True
     if key in SIDECAR_KINDS and not value:
         need(("ooospec",))
         return "sidecar", key

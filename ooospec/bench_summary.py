@@ -199,6 +199,7 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "ooospec:two_waves": ("ooospec", "two waves (function, then its arguments)"),
     "ooospec:no_prefix_share": ("ooospec", "one wave without a shared prefix cache"),
     "ooospec:base_only": ("ooospec", "sidecar base without the adapter"),
+    "ooospec:nullable": ("ooospec", "sidecar may answer null for required slots"),
     "ooospec:oracle": ("ooospec", "oracle hint (the target's own call): upper bound"),
     "ooospec:gold": ("ooospec", "gold call as the hint"),
     "ooospec:shared_core": ("ooospec", "sidecar on the target's core"),

@@ -43,6 +43,8 @@ def test_method_options_parse_into_fields():
     assert (spec.sidecar_mode, spec.sidecar, spec.delay_s) == ("sequential", "base_only", 0.5)
     assert (spec.placement, spec.hint_tokens) == ("in_process", 8)
     assert MethodSpec.parse("ooospec:no_prefix_share").sidecar_mode == "wave_no_prefix_share"
+    nullable = MethodSpec.parse("ooospec:nullable:slot")
+    assert nullable.nullable and nullable.name == "ooospec:slot:nullable" and not MethodSpec.parse("ooospec").nullable
     assert not MethodSpec.parse("ooospec").shares_prefill and MethodSpec.parse("toolspec").shares_prefill
 
 
@@ -54,6 +56,7 @@ def test_method_options_parse_into_fields():
     ("ooospec:delay=-1", "must be >="),
     ("ooospec:oracle:gold", "conflicts"),
     ("ooospec:warp_speed", "unknown option"),
+    ("toolspec:nullable", "applies only to"),
     ("toolspec:pld=sometimes", "pld="),
 ])
 def test_bad_method_names_say_what_is_wrong(text, message):

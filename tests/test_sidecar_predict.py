@@ -121,3 +121,25 @@ def test_teacher_calls_where_traced_gold_elsewhere(monkeypatch):
     monkeypatch.setattr(training, "teacher_traces", lambda requests, profile: None)
     fallback, label = training.select_calls(reqs, "train", SidecarConfig(calls="teacher+gold"))
     assert len(fallback.kept) == 3 and label.startswith("gold (fallback")
+
+
+def test_required_slots_are_never_answered_null():
+    """A sidecar memorized to answer null everywhere (the null collapse) still fills a parameter the
+    schema marks required when `required_values` is on; optional and other functions' rows stay null."""
+    model, tokenizer = tiny_model_and_tokenizer(seed=7)
+    reqs = [Request(rid, "test", "train", [{"role": "user", "content": f"weather in {city}?"}], TOOLS,
+                    [Call("get_weather", {})]) for rid, city in (("a", "Paris"), ("b", "Oslo"))]
+    examples = rows_to_examples(build_rows(reqs, calls_from_gold(reqs)), tokenizer, tokenizer.eos_token_id)
+    cfg = LoraTrainConfig(lr=1e-2, dropout=0.0, epochs=60, step_completion_tokens=1, warmup_frac=0.0)
+    train_lora(model.train(), examples, cfg, tokenizer.pad_token_id)
+    raw = SlotPredictor(model, tokenizer, max_new_tokens=6)
+    filled = SlotPredictor(model, tokenizer, max_new_tokens=6, required_values=True)
+    for req in reqs:
+        answers = {(r.key.function, r.key.parameter): r.text.strip() for r in raw.predict_wave(req).rows}
+        assert answers[("get_weather", "city")] == "null"  # the collapse, memorized
+        for mode in ("wave", "sequential", "two_waves"):
+            rows = {(r.key.function, r.key.parameter): r.text.strip() for r in filled.predict(req, mode).rows}
+            assert not rows[("get_weather", "city")].startswith("null"), (mode, rows)
+            assert rows[("get_weather", "unit")] == "null"
+            if mode != "two_waves":
+                assert rows[("get_time", "zone")] == "null"

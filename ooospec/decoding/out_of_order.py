@@ -32,10 +32,14 @@ def ooospec_budget(toolspec_budget: TreeBudget, hint_tokens: int = DEFAULT_HINT_
 
 
 def slot_sidecar(adapter_dir: Path | str, profile: str = "cpu", base_only: bool = False,
-                 max_new_tokens: int = 32) -> PredictorSpec:
-    """The trained sidecar (or, for the ablation, its base without the adapter)."""
+                 max_new_tokens: int = 32, required_values: bool = True) -> PredictorSpec:
+    """The trained sidecar (or, for the ablation, its base without the adapter).
+
+    ``required_values``: a slot the schema marks required is never answered null (see
+    `SlotPredictor`); off, the sidecar's raw answers (the ``nullable`` ablation)."""
     return PredictorSpec("slot", {"adapter_dir": str(adapter_dir), "profile": profile,
-                                  "base_only": base_only, "max_new_tokens": max_new_tokens})
+                                  "base_only": base_only, "max_new_tokens": max_new_tokens,
+                                  "required_values": required_values})
 
 
 def oracle_sidecar(calls: dict[str, dict[str, Any]], wave_s: float = 0.0) -> PredictorSpec:

@@ -80,8 +80,15 @@ class SlotPredictor:
     """Sidecar base (+ frozen adapter, merged) answering slot rows greedily."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, prompt: SlotPromptConfig = SlotPromptConfig(),
-                 max_new_tokens: int = 32, eos_token_ids: list[int] | None = None):
+                 max_new_tokens: int = 32, eos_token_ids: list[int] | None = None, required_values: bool = False):
         self.model = model.eval()
+        # With ``required_values`` a row asking for a parameter its function's schema marks
+        # required may not answer null (its first token may not be null's first token). A small
+        # sidecar trained on few calls learns that most rows are null (every candidate
+        # function's parameters are asked) and then answers null for the chosen function too;
+        # the schema already says those slots are filled whenever that function is called.
+        self.required_values = required_values
+        self._null_first = encode(tokenizer, target_text("null"))[0]
         self.tokenizer = tokenizer
         self.prompt = prompt
         self.max_new_tokens = max_new_tokens
@@ -99,11 +106,12 @@ class SlotPredictor:
 
     @torch.no_grad()
     def generate_rows(self, prefix_ids: list[int], questions: list[list[int]], share_prefix: bool = True,
-                      prefix_cache: Any = None) -> _Generation:
+                      prefix_cache: Any = None, no_null: list[bool] | None = None) -> _Generation:
         """Greedy answers of ``questions`` after one prefix, as one shrinking batch.
 
         With ``share_prefix`` the prefix runs once (or not at all when ``prefix_cache`` is given);
-        without it, every row carries the whole prefix (the no-sharing ablation).
+        without it, every row carries the whole prefix (the no-sharing ablation). Rows flagged in
+        ``no_null`` may not start their answer with null.
         """
         batch = len(questions)
         if share_prefix:
@@ -131,6 +139,9 @@ class SlotPredictor:
         finished = [False] * batch
         active = list(range(batch))
         logits = out.logits[:, -1]
+        if no_null is not None and any(no_null):
+            logits = logits.clone()
+            logits[torch.tensor(no_null, dtype=torch.bool), self._null_first] = float("-inf")
         for step in range(self.max_new_tokens):
             chosen = logits.argmax(-1).tolist()
             still: list[int] = []
@@ -166,6 +177,13 @@ class SlotPredictor:
     def prefix_ids(self, request: Request) -> list[int]:
         return encode(self.tokenizer, request_prefix(request, self.prompt))
 
+    def _no_null(self, request: Request, keys: list[RowKey]) -> list[bool] | None:
+        """Which rows ask for a required parameter (None when the option is off)."""
+        if not self.required_values:
+            return None
+        required = {tool["name"]: set((tool.get("parameters") or {}).get("required") or []) for tool in request.tools}
+        return [k.function is not None and k.parameter in required.get(k.function, ()) for k in keys]
+
     def _rows(self, keys: list[RowKey], gen: _Generation) -> list[RowPrediction]:
         return [RowPrediction(k, t, n, tr) for k, t, n, tr in zip(keys, gen.texts, gen.new_tokens, gen.truncated)]
 
@@ -183,7 +201,8 @@ class SlotPredictor:
         start = time.perf_counter()
         prefix = self.prefix_ids(request)
         keys, questions = zip(*online_questions(request))
-        gen = self.generate_rows(prefix, [encode(self.tokenizer, q) for q in questions], share_prefix)
+        gen = self.generate_rows(prefix, [encode(self.tokenizer, q) for q in questions], share_prefix,
+                                 no_null=self._no_null(request, list(keys)))
         latency = time.perf_counter() - start
         mode = "wave" if share_prefix else "wave_no_prefix_share"
         return self._result(request, mode, self._rows(list(keys), gen), latency, len(prefix), gen.forwards)
@@ -198,7 +217,8 @@ class SlotPredictor:
         cache = self.prefix_cache(prefix)
         rows, forwards = [], 1
         for key, question in online_questions(request):
-            gen = self.generate_rows(prefix, [encode(self.tokenizer, question)], prefix_cache=cache)
+            gen = self.generate_rows(prefix, [encode(self.tokenizer, question)], prefix_cache=cache,
+                                     no_null=self._no_null(request, [key]))
             rows.extend(self._rows([key], gen))
             forwards += gen.forwards
         latency = time.perf_counter() - start
@@ -219,7 +239,8 @@ class SlotPredictor:
             second = online_questions(request, functions=[chosen])[1:]
             if second:
                 keys, questions = zip(*second)
-                gen = self.generate_rows(prefix, [encode(self.tokenizer, q) for q in questions], prefix_cache=cache)
+                gen = self.generate_rows(prefix, [encode(self.tokenizer, q) for q in questions], prefix_cache=cache,
+                                         no_null=self._no_null(request, list(keys)))
                 rows.extend(self._rows(list(keys), gen))
                 forwards += gen.forwards
         latency = time.perf_counter() - start
@@ -239,7 +260,8 @@ class SlotPredictor:
     # ------------------------------------------------------------ construction
 
     @classmethod
-    def from_frozen(cls, adapter_dir: Path, profile: str = "cpu", max_new_tokens: int | None = None) -> "SlotPredictor":
+    def from_frozen(cls, adapter_dir: Path, profile: str = "cpu", max_new_tokens: int | None = None,
+                    required_values: bool = False) -> "SlotPredictor":
         """The sidecar base of ``profile`` cut to the adapter's layer count, adapter merged.
 
         ``max_new_tokens`` defaults to the value the adapter was evaluated with.
@@ -258,4 +280,4 @@ class SlotPredictor:
         prompt = SlotPromptConfig(**record["prompt"])
         if max_new_tokens is None:
             max_new_tokens = record["config"].get("max_new_tokens", 32)
-        return cls(model, tokenizer, prompt, max_new_tokens=max_new_tokens)
+        return cls(model, tokenizer, prompt, max_new_tokens=max_new_tokens, required_values=required_values)

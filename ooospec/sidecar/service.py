@@ -82,7 +82,8 @@ class SidecarResult:
 class SlotWavePredictor:
     """The trained sidecar (`SlotPredictor`) behind the service's `Predictor` interface."""
 
-    def __init__(self, adapter_dir: str, profile: str = "cpu", max_new_tokens: int = 32, base_only: bool = False):
+    def __init__(self, adapter_dir: str, profile: str = "cpu", max_new_tokens: int = 32, base_only: bool = False,
+                 required_values: bool = True):
         from pathlib import Path
 
         from ooospec.sidecar.predictor import SlotPredictor
@@ -95,9 +96,10 @@ class SlotWavePredictor:
             record = read_frozen(Path(adapter_dir))
             model, tokenizer = load_sidecar_base(profile, record["num_layers"])
             self.predictor = SlotPredictor(model, tokenizer, SlotPromptConfig(**record["prompt"]),
-                                           max_new_tokens=max_new_tokens)
+                                           max_new_tokens=max_new_tokens, required_values=required_values)
         else:
-            self.predictor = SlotPredictor.from_frozen(Path(adapter_dir), profile, max_new_tokens)
+            self.predictor = SlotPredictor.from_frozen(Path(adapter_dir), profile, max_new_tokens,
+                                                       required_values=required_values)
 
     def predict(self, request: Request, mode: str) -> Prediction:
         wave = self.predictor.predict(request, mode)
