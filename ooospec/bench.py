@@ -49,7 +49,7 @@ from ooospec.decoding.verifier import TreeVerifier
 from ooospec.stage import Stage, config_key, read_jsonl
 
 STAGE_NAME = "results"
-BENCH_VERSION = 2  # 2: the trained sidecar never answers null for a required slot; bump when a record's meaning changes, so old slices are not reused
+BENCH_VERSION = 3  # 3: the hint chain has its own reserved tree room (ToolSpec drafts keep 16 nodes); 2: required slots never null; bump when a record's meaning changes, so old slices are not reused
 DEFAULT_TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
 BENCHMARKS = ("apibank", "toolalpaca", "bfcl")
 DEFAULT_METHODS = ("ar", "pld", "toolspec", "ooospec")

@@ -81,7 +81,7 @@ def test_ablation_sources_switch_parts_off_and_budgets_resize():
         method_sources(MethodSpec("ooospec"))
     assert method_budget(MethodSpec.parse("toolspec:budget=8"), "qwen2.5-coder-0.5b").max_nodes == 8
     hinted = method_budget(MethodSpec.parse("ooospec:budget=8:hint_tokens=4"), "qwen2.5-coder-0.5b")
-    assert hinted.max_nodes == 12
+    assert (hinted.max_nodes, hinted.hint_nodes, hinted.total_nodes) == (8, 4, 12)
 
 
 def test_fsm_off_proposes_nothing_where_the_fsm_would():

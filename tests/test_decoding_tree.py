@@ -88,3 +88,22 @@ def test_random_tries_are_prefix_closed_within_budget(seed):
             row = 0
             for token in seq:
                 row = tree.children[row][token] + 1
+
+
+def test_hint_room_is_reserved_and_other_drafts_keep_their_own_budget():
+    budget = TreeBudget(max_nodes=4, max_depth=4, hint_nodes=6, hint_depth=6)
+    hint = Draft([1, 2, 3, 4, 5, 6, 7, 8], "hint")
+    others = [Draft([1, 2, 9, 9, 9], "fsm"), Draft([5, 6, 7], "retrieval"), Draft([8, 8], "pld")]
+    tree = build_tree([hint] + others, budget)
+    by_source = [s[0] for s in tree.sources]
+    assert by_source.count("hint") == 6  # the hint chain, cut to its own depth
+    assert by_source.count("fsm") + by_source.count("retrieval") + by_source.count("pld") == 4
+    assert max(d for d, s in zip(tree.depths, by_source) if s != "hint") <= 4
+    assert tree.sources[0] == ["hint", "fsm"]  # a shared node costs the later draft nothing
+    # without a hint the other drafts get exactly the tree they get under the plain budget
+    plain = build_tree(others, TreeBudget(max_nodes=4, max_depth=4))
+    alone = build_tree(others, budget)
+    assert (alone.tokens, alone.parents) == (plain.tokens, plain.parents)
+    # no reserved room: a hint draft competes for the main budget like any other source
+    shared = build_tree([hint] + others, TreeBudget(max_nodes=4, max_depth=4))
+    assert shared.size == 4 and all(s[0] == "hint" for s in shared.sources)

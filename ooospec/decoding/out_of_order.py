@@ -1,9 +1,9 @@
 """OoO-Spec as a method: ToolSpec's sources plus the hint bank, and the sidecar it polls.
 
 The hint bank comes first in the source list, so its drafts come first in the merged candidate
-list and survive the tree budget (the loop keeps earlier drafts when it cuts). Its budget is
-ToolSpec's plus room for one hint chain: a right hint is worth a deep path, and on CPU a forward
-over ~50 rows still costs only a few one-token steps.
+list. Its budget is ToolSpec's plus room that only the hint chain may fill (`TreeBudget.hint_nodes`):
+a right hint is worth a deep path, and ToolSpec's drafts keep exactly the nodes they would have
+alone, so OoO-Spec without a hint is ToolSpec node for node.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def ooospec_sources(service: SidecarService, *, mode: str = "wave", blocking: bo
 
 
 def ooospec_budget(toolspec_budget: TreeBudget, hint_tokens: int = DEFAULT_HINT_TOKENS) -> TreeBudget:
-    return TreeBudget(max_nodes=toolspec_budget.max_nodes + hint_tokens,
-                      max_depth=max(toolspec_budget.max_depth, hint_tokens))
+    return TreeBudget(max_nodes=toolspec_budget.max_nodes, max_depth=toolspec_budget.max_depth,
+                      hint_nodes=hint_tokens, hint_depth=hint_tokens)
 
 
 def slot_sidecar(adapter_dir: Path | str, profile: str = "cpu", base_only: bool = False,

@@ -24,14 +24,33 @@ from ooospec.decoding.base import Draft
 
 @dataclass(frozen=True)
 class TreeBudget:
-    """Size limits of one verify tree: draft nodes (the root is not counted) and depth."""
+    """Size limits of one verify tree: draft nodes (the root is not counted) and depth.
+
+    ``hint_nodes`` / ``hint_depth`` reserve extra room that only hint drafts may fill (OoO-Spec
+    = ToolSpec's tree + one hint chain). The other drafts still get exactly ``max_nodes`` nodes of
+    their own, so when no hint is there OoO-Spec's tree is ToolSpec's, node for node, and a gain
+    over ToolSpec cannot come from a bigger tree. With ``hint_nodes == 0`` hint drafts share the
+    main budget like any other source.
+    """
 
     max_nodes: int = 16
     max_depth: int = 16
+    hint_nodes: int = 0
+    hint_depth: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_nodes < 0 or self.max_depth < 0:
+        if min(self.max_nodes, self.max_depth, self.hint_nodes, self.hint_depth) < 0:
             raise ValueError(f"tree budget must be non-negative, got {self}")
+
+    @property
+    def total_nodes(self) -> int:
+        return self.max_nodes + self.hint_nodes
+
+    def limits(self, source: str) -> tuple[str, int, int]:
+        """(pool, node limit, depth limit) that a draft from ``source`` draws on."""
+        if source == "hint" and self.hint_nodes > 0:
+            return "hint", self.hint_nodes, self.hint_depth
+        return "main", self.max_nodes, self.max_depth
 
 
 @dataclass
@@ -101,16 +120,23 @@ class DraftTree:
 
 
 def build_tree(drafts: list[Draft], budget: TreeBudget) -> DraftTree:
-    """Merge drafts (best first) into a trie under ``budget``."""
+    """Merge drafts (best first) into a trie under ``budget``.
+
+    A node counts against the pool of the draft that created it; a later draft that shares the
+    node (any source) costs nothing there.
+    """
     tree = DraftTree()
+    created = {"main": 0, "hint": 0}
     for draft in drafts:
+        pool, max_nodes, max_depth = budget.limits(draft.source)
         row = 0
-        for depth, token in enumerate(draft.tokens[: budget.max_depth], start=1):
+        for depth, token in enumerate(draft.tokens[:max_depth], start=1):
             node = tree.children[row].get(token)
             if node is None:
-                if tree.size >= budget.max_nodes:
+                if created[pool] >= max_nodes:
                     tree.truncated_drafts += 1
                     break
+                created[pool] += 1
                 node = tree.size
                 tree.tokens.append(token)
                 tree.parents.append(row - 1)
