@@ -196,13 +196,13 @@ def draw_timeline(ax: plt.Axes, records: list[dict[str, Any]], title: str = "") 
         ax.barh(y[s.lane], max(s.end - s.start, 1e-4), left=s.start, height=0.6, color=color, edgecolor="none")
     for mark in marks:
         ax.axvline(mark.t, color="#d62728", lw=1.2, ls=":")
-        ax.annotate(mark.label, (mark.t, y[mark.lane] + 0.38), fontsize=7, color="#d62728",
+        ax.annotate(mark.label, (mark.t, y[mark.lane] + 0.38), fontsize=9, color="#d62728",
                     xytext=(3, 0), textcoords="offset points")
     ax.set_yticks(range(len(lanes)))
-    ax.set_yticklabels(lanes, fontsize=8)
+    ax.set_yticklabels(lanes, fontsize=10)
     ax.invert_yaxis()
     ax.set_xlabel("time since request arrival (s)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=10)
 
 
 def timeline_legend(fig: Figure) -> None:
@@ -211,7 +211,7 @@ def timeline_legend(fig: Figure) -> None:
     handles += [Patch(color=PHASE_COLORS["queue"], label="sidecar: submitted, not started"),
                 Patch(color=PHASE_COLORS["wave"], label="sidecar: slot wave"),
                 Patch(color=PHASE_COLORS["transfer"], label="sidecar: done, until a boundary polls (incl. injected delay)")]
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
 
 
 def timelines_figure(picks: dict[str, list[dict[str, Any]]], title: str = "Per-request timelines") -> Figure:
@@ -225,36 +225,39 @@ def timelines_figure(picks: dict[str, list[dict[str, Any]]], title: str = "Per-r
         axes[0, 0].text(0.5, 0.5, "no records to draw", ha="center", va="center")
         axes[0, 0].set_xlabel("time since request arrival (s)")
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.09, 1, 1))
+    fig.tight_layout(rect=(0, min(0.4, 0.85 / fig.get_figheight()), 1, 1))  # room for a 3-row legend
     timeline_legend(fig)
     return fig
 
 
 def arrival_figure(arrivals: pd.DataFrame, title: str = "Where the hint joined decoding") -> Figure:
-    """Left: the boundary index that first saw the hint (histogram); right: every request's
-    outcome bucket, per benchmark."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    """Left: the boundary index that first saw the hint (histogram stacked over target x benchmark,
+    so a bar's height counts every request); right: every request's outcome, per target and benchmark."""
+    from ooospec.bench_summary import ARRIVAL_BUCKETS
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.1]})
+    label = (lambda df: df.target.str.split("-").str[0] + " / " + df.benchmark) if "target" in arrivals else \
+        (lambda df: df.benchmark)
     ready = arrivals.dropna(subset=["ready_round"]) if not arrivals.empty else arrivals
-    for i, (bench, sub) in enumerate(ready.groupby("benchmark", sort=False) if not ready.empty else []):
-        left.hist(sub.ready_round.astype(int), bins=np.arange(-0.5, max(ready.ready_round.max(), 1) + 1.5, 1),
-                  alpha=0.6, label=bench, color=plt.get_cmap("tab10")(i))
+    if not ready.empty:
+        groups = [(name, sub.ready_round.astype(int)) for name, sub in ready.groupby(label(ready), sort=True)]
+        top = int(ready.ready_round.max())
+        left.hist([values for _, values in groups], bins=np.arange(-0.5, max(top, 1) + 1.5, 1), stacked=True,
+                  label=[name for name, _ in groups], color=[plt.get_cmap("tab10")(i) for i in range(len(groups))])
+        left.legend(fontsize=8, title="target / benchmark", title_fontsize=8)
     left.xaxis.set_major_locator(MaxNLocator(integer=True))
     left.yaxis.set_major_locator(MaxNLocator(integer=True))
     left.set_xlabel("boundary (verify round) that first saw the hint")
-    left.set_ylabel("requests")
+    left.set_ylabel("requests (stacked)")
     left.set_title("arrival boundary (0 = first boundary after prefill)")
-    if not ready.empty:
-        left.legend(fontsize=8)
-    from ooospec.bench_summary import ARRIVAL_BUCKETS
-
     if not arrivals.empty:
-        counts = arrivals.groupby(["benchmark", "bucket"]).size().unstack(fill_value=0)
+        counts = arrivals.assign(group=label(arrivals)).groupby(["group", "bucket"]).size().unstack(fill_value=0)
         counts = counts.reindex(columns=[b for b in ARRIVAL_BUCKETS if b in counts.columns])
-        counts.plot.barh(stacked=True, ax=right, colormap="viridis")
-        right.legend(fontsize=7, title="outcome", title_fontsize=7)
+        counts.sort_index(ascending=False).plot.barh(stacked=True, ax=right, colormap="viridis")
+        right.legend(fontsize=8, title="outcome", title_fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     right.xaxis.set_major_locator(MaxNLocator(integer=True))
     right.set_xlabel("requests")
-    right.set_ylabel("benchmark")
+    right.set_ylabel("")
     right.set_title("hint outcome per request")
     fig.suptitle(title)
     fig.tight_layout()
