@@ -236,8 +236,9 @@ def arrival_figure(arrivals: pd.DataFrame, title: str = "Where the hint joined d
     from ooospec.bench_summary import ARRIVAL_BUCKETS
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.1]})
-    label = (lambda df: df.target.str.split("-").str[0] + " / " + df.benchmark) if "target" in arrivals else \
-        (lambda df: df.benchmark)
+    def label(df: pd.DataFrame) -> pd.Series:
+        return df.target.str.split("-").str[0] + " / " + df.benchmark
+
     ready = arrivals.dropna(subset=["ready_round"]) if not arrivals.empty else arrivals
     if not ready.empty:
         groups = [(name, sub.ready_round.astype(int)) for name, sub in ready.groupby(label(ready), sort=True)]

@@ -100,6 +100,11 @@ def tool_parameters(tool: dict[str, Any]) -> list[str]:
     return list((params.get("properties") or {}).keys())
 
 
+def tool_required(tool: dict[str, Any]) -> set[str]:
+    """Parameter names the tool's schema marks required."""
+    return set((tool.get("parameters") or {}).get("required") or [])
+
+
 def _type_name(schema: dict[str, Any]) -> str:
     kind = schema.get("type", "any")
     if isinstance(kind, list):
@@ -115,7 +120,7 @@ def render_tools(tools: list[dict[str, Any]], cfg: SlotPromptConfig) -> str:
     for index, tool in enumerate(tools):
         lines.append(f"[{index}] {tool['name']}: {_clip(tool.get('description', ''), cfg.max_function_desc)}")
         params = tool.get("parameters") or {}
-        required = set(params.get("required") or [])
+        required = tool_required(tool)
         for name, schema in (params.get("properties") or {}).items():
             schema = schema if isinstance(schema, dict) else {}
             mark = "*" if name in required else ""

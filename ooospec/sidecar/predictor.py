@@ -25,7 +25,7 @@ import torch
 from ooospec.data.request import Call, Request
 from ooospec.sidecar.join import DroppedSlot, join_rows
 from ooospec.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix,
-                           target_text)
+                           target_text, tool_required)
 from ooospec.train import expand_cache
 
 MODES = ("wave", "wave_no_prefix_share", "sequential", "two_waves")
@@ -61,6 +61,16 @@ class WaveResult:
         data["rows"] = [{"kind": r.key.kind, "function": r.key.function, "parameter": r.key.parameter,
                          "text": r.text, "new_tokens": r.new_tokens, "truncated": r.truncated} for r in self.rows]
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "WaveResult":
+        """Inverse of `to_dict` (a stored dev wave back into a result that can be scored)."""
+        rows = [RowPrediction(RowKey(r["kind"], r["function"], r["parameter"]), r["text"], r["new_tokens"],
+                              r["truncated"]) for r in data["rows"]]
+        call = None if data["call"] is None else Call.from_dict(data["call"])
+        dropped = [DroppedSlot(**d) for d in data.get("dropped", [])]
+        return cls(data["request_id"], data["mode"], call, data["payload"], data["payload_bytes"], data["latency_s"],
+                   data["prefix_tokens"], rows, data["forwards"], dropped, data.get("reason"))
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:
@@ -181,7 +191,7 @@ class SlotPredictor:
         """Which rows ask for a required parameter (None when the option is off)."""
         if not self.required_values:
             return None
-        required = {tool["name"]: set((tool.get("parameters") or {}).get("required") or []) for tool in request.tools}
+        required = {tool["name"]: tool_required(tool) for tool in request.tools}
         return [k.function is not None and k.parameter in required.get(k.function, ()) for k in keys]
 
     def _rows(self, keys: list[RowKey], gen: _Generation) -> list[RowPrediction]:
@@ -216,9 +226,11 @@ class SlotPredictor:
         prefix = self.prefix_ids(request)
         cache = self.prefix_cache(prefix)
         rows, forwards = [], 1
-        for key, question in online_questions(request):
+        online = online_questions(request)
+        flags = self._no_null(request, [key for key, _ in online])
+        for i, (key, question) in enumerate(online):
             gen = self.generate_rows(prefix, [encode(self.tokenizer, question)], prefix_cache=cache,
-                                     no_null=self._no_null(request, [key]))
+                                     no_null=None if flags is None else [flags[i]])
             rows.extend(self._rows([key], gen))
             forwards += gen.forwards
         latency = time.perf_counter() - start

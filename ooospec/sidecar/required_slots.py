@@ -32,17 +32,6 @@ def stored_dev_waves(adapter_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _stored_result(record: dict[str, Any]) -> WaveResult:
-    from ooospec.sidecar.predictor import RowPrediction
-    from ooospec.slots import RowKey
-
-    rows = [RowPrediction(RowKey(r["kind"], r["function"], r["parameter"]), r["text"], r["new_tokens"], r["truncated"])
-            for r in record["rows"]]
-    call = None if record["call"] is None else Call.from_dict(record["call"])
-    return WaveResult(record["request_id"], record["mode"], call, record["payload"], record["payload_bytes"],
-                      record["latency_s"], record["prefix_tokens"], rows, record["forwards"], [], record["reason"])
-
-
 def compare_required_values(predictor: SlotPredictor, adapter_dir: Path, requests: dict[str, Request],
                             limit: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(summary rows, per-request rows) of the raw sidecar vs ``required_values`` on ``limit`` dev waves."""
@@ -52,7 +41,7 @@ def compare_required_values(predictor: SlotPredictor, adapter_dir: Path, request
     for record in stored_dev_waves(adapter_dir)[:limit]:
         request = requests[record["request_id"]]
         reference = Call.from_dict(record["reference"])
-        raw = _stored_result(record)
+        raw = WaveResult.from_dict(record)
         fixed = predictor.predict_wave(request)
         raw_scores.append(score_wave(request, reference, raw))
         req_scores.append(score_wave(request, reference, fixed))
