@@ -550,7 +550,10 @@ def tool_adapter_path(profile: str = "cpu") -> Path:
     Raises `FileNotFoundError` naming the stage that makes it when neither exists; an adapter
     whose files do not match its sha256 is refused by `read_frozen`.
     """
-    profile = getattr(profile, "name", profile)
+    from ooospec.models.registry import Profile, load_profile
+
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    profile = prof.name
     pointer = tool_adapter_pointer(profile)
     candidates = []
     if pointer.exists():
@@ -559,7 +562,7 @@ def tool_adapter_path(profile: str = "cpu") -> Path:
     for path in candidates:
         if (path / ADAPTER_HASH_FILE).exists():
             record = read_frozen(path)
-            if record.get("profile", profile) == profile:
+            if record.get("profile", profile) in prof.lineage:
                 return path
     raise FileNotFoundError(f"no tool-calling adapter for {TOOL_TARGET!r} (profile {profile!r}) under "
                             f"{[str(c) for c in candidates]}; {TOOL_ADAPTER_HOW}")

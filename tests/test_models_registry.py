@@ -79,3 +79,45 @@ def test_unknown_profile_and_bad_yaml(tmp_path):
     bad.write_text("profile: [unclosed")
     with pytest.raises(ProfileError, match="not valid YAML"):
         load_profile(bad)
+
+
+def test_derived_profiles_change_only_arithmetic_and_placement():
+    cpu = load_profile("cpu")
+    for name, device in (("cpu-bf16", "cpu"), ("gpu-small", "cuda")):
+        derived = load_profile(name)
+        assert derived.name == name and derived.targets == cpu.targets and derived.teacher == cpu.teacher
+        for model, spec in derived.models.items():
+            assert spec.source == cpu.models[model].source
+            assert (spec.dtype, spec.device) == ("bfloat16", device)
+
+
+def _write(tmp_path: Path, name: str, data: dict) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_extends_errors_name_the_file_and_field(tmp_path):
+    bad_device = _write(tmp_path, "dev", {"extends": "cpu", "profile": "x",
+                                          "models": {"smollm2-135m-instruct": {"device": "tpu"}}})
+    with pytest.raises(ProfileError, match=r"dev.yaml: models.smollm2-135m-instruct.device: 'tpu'"):
+        load_profile(bad_device)
+    unknown = _write(tmp_path, "unk", {"extends": "cpu", "profile": "x", "models": {"nope": {"dtype": "bfloat16"}}})
+    with pytest.raises(ProfileError, match=r"unk.yaml: models.nope: not a model of the extended profile 'cpu'"):
+        load_profile(unknown)
+    missing = _write(tmp_path, "miss", {"extends": "no-such-profile", "profile": "x"})
+    with pytest.raises(ProfileError, match="unknown profile 'no-such-profile'"):
+        load_profile(missing)
+
+
+def test_unavailable_placement_falls_back_with_one_line(capsys, monkeypatch):
+    import torch
+
+    from ooospec.models import loading
+
+    spec = load_profile("gpu-small").models["smollm2-135m-instruct"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(loading, "bf16_supported_on_cpu", lambda: False)
+    assert loading.runtime_placement(spec) == ("float32", "cpu")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no CUDA device" in err[0] and "no native bf16 kernels" in err[1]

@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ from ooospec.models.registry import ModelSpec, Profile, load_profile
 from ooospec.paths import REPO_ROOT, artifacts_dir
 
 DEQUANTIZED_STAMP = "DEQUANTIZED.json"
+# a package-shipped GGUF is dequantized once to this dtype; the profile's dtype is applied at load
+CHECKPOINT_DTYPE = "float32"
 HASH_CACHE = ".sha256-cache.json"
 _CHUNK = 8 << 20
 
@@ -143,7 +146,7 @@ def _stamp_matches(directory: Path, spec: ModelSpec) -> bool:
     if not stamp.exists():
         return False
     data = json.loads(stamp.read_text())
-    return data.get("source_sha256") == spec.source.sha256 and data.get("dtype") == spec.dtype
+    return data.get("source_sha256") == spec.source.sha256 and data.get("dtype") == CHECKPOINT_DTYPE
 
 
 def ensure_dequantized(spec: ModelSpec) -> Path:
@@ -174,7 +177,7 @@ def _dequantize(spec: ModelSpec, paths: list[Path], directory: Path) -> None:
             for path in paths:
                 with open(path, "rb") as part:
                     shutil.copyfileobj(part, out, _CHUNK)
-    dtype = getattr(torch, spec.dtype)
+    dtype = getattr(torch, CHECKPOINT_DTYPE)
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_name)
     gguf_model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_name, dtype=dtype)
     config = copy.deepcopy(gguf_model.config)
@@ -197,7 +200,7 @@ def _dequantize(spec: ModelSpec, paths: list[Path], directory: Path) -> None:
         "source_files": list(spec.source.files),
         "source_distributions": list(spec.source.distributions),
         "source_sha256": spec.source.sha256,
-        "dtype": spec.dtype,
+        "dtype": CHECKPOINT_DTYPE,
         "probe_max_logit_gap": gap,
         "seconds": round(time.time() - started, 1),
         "transformers": __import__("transformers").__version__,
@@ -241,6 +244,7 @@ class LoadedModel:
     location: str
     dtype: str
     num_layers: int
+    device: str = "cpu"
 
 
 def load_model(name: str, profile: str | Profile = "cpu", *, num_layers: int | None = None) -> tuple[Any, Any]:
@@ -257,15 +261,42 @@ def load_model(name: str, profile: str | Profile = "cpu", *, num_layers: int | N
     if num_layers is None and role is not None:
         num_layers = role.num_layers
     location, kwargs = checkpoint_location(spec)
+    dtype, device = runtime_placement(spec)
     tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(location, dtype=getattr(torch, spec.dtype), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(location, dtype=getattr(torch, dtype), **kwargs)
     if num_layers is not None:
         truncate_layers(model, num_layers)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.eval()
-    model.loaded_from = LoadedModel(spec.name, location, spec.dtype, model.config.num_hidden_layers)
+    model.to(device).eval()
+    model.loaded_from = LoadedModel(spec.name, location, dtype, model.config.num_hidden_layers, device)
     return model, tokenizer
+
+
+def bf16_supported_on_cpu() -> bool:
+    """Whether this CPU has native bf16 kernels (oneDNN: avx512_bf16 or AMX); without them bf16
+    matmuls are emulated and slower than fp32, so a bf16 profile is pointless there."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def runtime_placement(spec: ModelSpec) -> tuple[str, str]:
+    """(dtype, device) the model runs in: the profile's, or the plain fp32-on-CPU path with one
+    line saying why when this machine or torch build cannot run the profile's choice."""
+    dtype, device = spec.dtype, spec.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"model {spec.name!r}: device {device!r} requested but torch sees no CUDA device; running on cpu",
+              file=sys.stderr)
+        device = "cpu"
+    if device == "cpu" and dtype == "bfloat16" and not bf16_supported_on_cpu():
+        print(f"model {spec.name!r}: this CPU has no native bf16 kernels; running in float32", file=sys.stderr)
+        dtype = "float32"
+    if device == "cpu" and dtype == "float16":
+        print(f"model {spec.name!r}: float16 has no fast CPU kernels; running in float32", file=sys.stderr)
+        dtype = "float32"
+    return dtype, device
 
 
 def prepare_profile(profile: str = "cpu") -> dict[str, str]:

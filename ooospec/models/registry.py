@@ -9,7 +9,7 @@ failure deep inside a model load.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from ooospec.paths import configs_dir
 
 SOURCE_KINDS = ("hub", "local", "pypi_gguf")
 DTYPES = ("float32", "bfloat16", "float16")
+DEVICE_PATTERN = re.compile(r"cpu|cuda(:[0-9]+)?")
 ADAPTER_KINDS = ("tool_lora",)
 PROMPT_STYLES = ("chat_template_tools", "system_tools_json")
 
@@ -50,9 +51,17 @@ class ModelSource:
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """A model and the arithmetic it runs in.
+
+    ``dtype`` is the runtime arithmetic (weights and activations); a package-shipped checkpoint is
+    always dequantized to float32 once and cast at load, so switching a profile between fp32 and
+    bf16 never rebuilds it. ``device`` is where the weights live (``cpu``, ``cuda``, ``cuda:N``).
+    """
+
     name: str
     source: ModelSource
     dtype: str = "float32"
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,13 @@ class Profile:
     teacher: RoleSpec
     sidecar_base: RoleSpec
     targets: dict[str, RoleSpec]
+    extends: tuple[str, ...] = ()  # the profiles this one is derived from, nearest first
+
+    @property
+    def lineage(self) -> tuple[str, ...]:
+        """This profile and its ancestors: an adapter trained under any of them fits (a derived
+        profile changes only arithmetic or placement, never the weights an adapter was trained on)."""
+        return (self.name, *self.extends)
 
     def model(self, name: str) -> ModelSpec:
         """A model by its own name or by a role name (``teacher``, ``sidecar_base``, a target)."""
@@ -125,16 +141,55 @@ def profile_path(name_or_path: str | Path) -> Path:
     return path
 
 
-def load_profile(name_or_path: str | Path = "cpu") -> Profile:
-    """Read and validate a profile; raises `ProfileError` naming the file and the bad field."""
-    path = profile_path(name_or_path)
+def _read_yaml(path: Path) -> Any:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as err:
         raise ProfileError(f"{path}: profile file not found") from err
     except yaml.YAMLError as err:
         raise ProfileError(f"{path}: not valid YAML ({err})") from err
-    return _Validator(path).profile(raw)
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """``override`` laid over ``base``: mappings merge key by key, anything else replaces."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = _merge(base.get(key), value) if key in base else value
+        return merged
+    return override
+
+
+def _resolve_extends(path: Path, raw: Any, seen: tuple[Path, ...] = ()) -> Any:
+    """A profile may say ``extends: cpu`` and list only what differs (e.g. ``dtype: bfloat16``)."""
+    if not isinstance(raw, dict) or "extends" not in raw:
+        return raw
+    parent_name = raw["extends"]
+    if not isinstance(parent_name, str) or not parent_name:
+        raise ProfileError(f"{path}: extends: expected a profile name, got {parent_name!r}")
+    parent_path = profile_path(parent_name).resolve()
+    if parent_path in seen or parent_path == path.resolve():
+        raise ProfileError(f"{path}: extends: cycle through {parent_path}")
+    parent = _resolve_extends(parent_path, _read_yaml(parent_path), seen + (path.resolve(),))
+    child = {k: v for k, v in raw.items() if k != "extends"}
+    for model, value in (child.get("models") or {}).items():
+        if not isinstance(parent.get("models"), dict) or model not in parent["models"]:
+            raise ProfileError(f"{path}: models.{model}: not a model of the extended profile {parent_name!r}")
+    return _merge(parent, child)
+
+
+def load_profile(name_or_path: str | Path = "cpu") -> Profile:
+    """Read and validate a profile; raises `ProfileError` naming the file and the bad field."""
+    path = profile_path(name_or_path)
+    raw = _read_yaml(path)
+    ancestors: list[str] = []
+    parent = raw.get("extends") if isinstance(raw, dict) else None
+    while isinstance(parent, str) and parent not in ancestors and len(ancestors) < 8:
+        ancestors.append(parent)
+        parent_raw = _read_yaml(profile_path(parent))
+        parent = parent_raw.get("extends") if isinstance(parent_raw, dict) else None
+    profile = _Validator(path).profile(_resolve_extends(path, raw))
+    return replace(profile, extends=tuple(ancestors))
 
 
 class _Validator:
@@ -190,9 +245,12 @@ class _Validator:
 
     def model_spec(self, name: str, raw: Any) -> ModelSpec:
         where = f"models.{name}"
-        raw = self.mapping(raw, where, ("source",), ("dtype",))
+        raw = self.mapping(raw, where, ("source",), ("dtype", "device"))
         dtype = self.choice(raw.get("dtype", "float32"), f"{where}.dtype", DTYPES)
-        return ModelSpec(name, self.source(raw["source"], f"{where}.source"), dtype)
+        device = raw.get("device", "cpu")
+        if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
+            raise self.fail(f"{where}.device", f"{device!r} is not 'cpu', 'cuda' or 'cuda:N'")
+        return ModelSpec(name, self.source(raw["source"], f"{where}.source"), dtype, device)
 
     def source(self, raw: Any, where: str) -> ModelSource:
         common = ("upstream", "license")
