@@ -34,10 +34,20 @@ def test_apibank_lv2_train_fixture_uses_retrieved_schema():
     (request,) = load.requests
     assert [t["name"] for t in request.tools] == ["ToolSearcher", "BookHotel"]
     assert request.gold[0].arguments == {"hotel_name": "Hilton", "room_count": 2}
-    # the earlier call and its result stay as assistant text, merged with the AI reply
-    assistant = [m for m in request.messages if m["role"] == "assistant"][0]["content"]
-    assert assistant.startswith("Let me search.\nAPI-Request: [ToolSearcher(keywords='hotel booking')]->{")
-    assert assistant.endswith("Found it.")
+    # the earlier call becomes structured history: the AI text and the call in one assistant turn,
+    # the result in a tool turn, the reply after it; the raw transcript stays in meta
+    roles = [m["role"] for m in request.messages if m["role"] != "system"]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    call_turn, result_turn, reply = request.messages[-3:]
+    assert call_turn["content"] == "Let me search."
+    assert call_turn["tool_calls"] == [{"type": "function", "function": {"name": "ToolSearcher",
+                                                                         "arguments": {"keywords": "hotel booking"}}}]
+    assert result_turn["name"] == "ToolSearcher" and result_turn["content"].startswith("{")
+    assert reply == {"role": "assistant", "content": "Found it."}
+    raw = [m for m in request.meta["raw_messages"] if m["role"] == "assistant"][0]["content"]
+    assert raw.startswith("Let me search.\nAPI-Request: [ToolSearcher(keywords='hotel booking')]->{")
+    assert raw.endswith("Found it.")
+    assert request.split_key == request.meta["split_hash"] != request.prompt_hash
 
 
 def test_apibank_absent_training_file_is_reported_not_raised():

@@ -3,11 +3,17 @@
 Choices (each is a place where upstream is ambiguous):
 
 * **Messages.** ``input`` is a ``User:`` / ``AI:`` transcript. ``User:`` lines become user turns,
-  ``AI:`` lines assistant turns. An earlier ``API-Request: [...]->RESULT`` line stays verbatim as
-  assistant-turn text (merged with the neighbouring ``AI:`` text into one assistant message),
-  because the dialogue has no tool-role turns and rewriting the Python-repr results into a
-  template's tool-response format would invent structure upstream never had. Lines that do not
-  start a turn continue the previous message. The trailing ``Generate API Request:`` is dropped.
+  ``AI:`` lines assistant turns. An earlier ``API-Request: [F(k='v')]->RESULT`` line becomes
+  structured history: an assistant message with ``tool_calls`` (the call typed by the tool's
+  schema, like the gold) and a ``tool`` message holding RESULT verbatim, so each target's chat
+  template shows earlier calls in the form that target was trained on (Qwen's template renders
+  ``<tool_call>`` / ``<tool_response>``; the SmolLM2 prompt renders them in its own JSON call form).
+  Left as API-Bank's verbatim text, earlier calls taught the targets to answer in that syntax
+  or in prose. A call string that does not parse stays verbatim assistant text (counted in
+  ``meta["history_unparsed"]``); the raw transcript turns are kept in ``meta["raw_messages"]``,
+  and the train/dev split hashes the raw form (``meta["split_hash"]``) so the split does not move
+  with the rendering. Lines that do not start a turn continue the previous message. The trailing
+  ``Generate API Request:`` is dropped.
 * **System message.** The upstream instruction minus its output-format clause (``in the format
   of [ApiName(...)]``, the expected-output example) and minus the tool list: e.g. ``Generate an
   API request based on the previous dialogue context.\\nThe current year is 2023.``. In training
@@ -38,7 +44,7 @@ from typing import Any
 from ooospec.data.loading import SourceLoad, check_gold, read_json, read_json_lines, require
 from ooospec.data.pycall import CallParseError, coerce_to_schema, literal_or_text, scan_arguments, split_call
 from ooospec.data.raw import optional_raw_file, raw_file
-from ooospec.data.request import Call, Request
+from ooospec.data.request import Call, Request, prompt_hash
 from ooospec.data.schema import DataError, function_spec, object_schema
 
 TEST_FILES = {1: "api-bank/test-data/level-1-api.json", 2: "api-bank/test-data/level-2-api.json"}
@@ -49,6 +55,7 @@ PROTOCOL_TOOLS = ("ToolSearcher",)  # API-Bank's retrieval step, part of the har
 
 _BARE_TYPE = re.compile(r"(['\"]type['\"]\s*:\s*)(str|int|float|bool|list|dict)\b(?!['\"])")
 _TURN = re.compile(r"^(User|AI|API-Request):\s?(.*)$")
+API_REQUEST_MARK = "_api_request"  # an assistant turn that is an API-Request line (internal to this module)
 _TIME = re.compile(r"\s*TIME:\s*(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?)\s*$")
 
 
@@ -196,11 +203,61 @@ def dialogue(input_text: str) -> tuple[list[dict[str, str]], list[str], list[str
             call, arrow, result = text.partition("->")
             if arrow and "ToolSearcher" in call:
                 searcher_results.append(result)
-        if messages and messages[-1]["role"] == "assistant":
+            # a marker turn: `structured_history` turns it into tool_calls + tool once the schemas are known
+            messages.append({"role": "assistant", "content": text.strip(), API_REQUEST_MARK: True})
+            continue
+        if messages and messages[-1]["role"] == "assistant" and not messages[-1].get(API_REQUEST_MARK):
             messages[-1]["content"] += "\n" + text.strip()
         else:
             messages.append({"role": "assistant", "content": text.strip()})
     return messages, schema_lines, searcher_results, time
+
+
+def _raw_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The transcript as before structuring: API-Request lines merged into assistant text."""
+    raw: list[dict[str, str]] = []
+    for message in messages:
+        if message["role"] == "assistant" and raw and raw[-1]["role"] == "assistant":
+            raw[-1]["content"] += "\n" + message["content"]
+        else:
+            raw.append({"role": message["role"], "content": message["content"]})
+    return raw
+
+
+def structured_history(messages: list[dict[str, Any]], by_name: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """API-Request marker turns -> assistant ``tool_calls`` + ``tool`` result messages.
+
+    An ``AI:`` text just before a call in the same assistant turn becomes that message's content.
+    Returns the messages and how many call strings did not parse (kept as verbatim text)."""
+    out: list[dict[str, Any]] = []
+    unparsed = 0
+    for message in messages:
+        if not message.get(API_REQUEST_MARK):
+            if message["role"] == "assistant" and out and out[-1]["role"] == "assistant" and "tool_calls" not in out[-1]:
+                out[-1]["content"] += "\n" + message["content"]
+            else:
+                out.append(dict(message))
+            continue
+        call_text, arrow, result = message["content"].partition("->")
+        try:
+            calls = [typed_call(n, a, by_name.get(n)) for n, a in parse_api_request(call_text)]
+        except CallParseError:
+            calls = []
+        if not calls:
+            unparsed += 1
+            if out and out[-1]["role"] == "assistant" and "tool_calls" not in out[-1]:
+                out[-1]["content"] += "\n" + message["content"]
+            else:
+                out.append({"role": "assistant", "content": message["content"]})
+            continue
+        tool_calls = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        if out and out[-1]["role"] == "assistant" and "tool_calls" not in out[-1]:
+            out[-1]["tool_calls"] = tool_calls  # "AI: let me check." + the call: one assistant turn
+        else:
+            out.append({"role": "assistant", "content": "", "tool_calls": tool_calls})
+        for call in calls:
+            out.append({"role": "tool", "name": call.name, "content": result.strip() if arrow else ""})
+    return out, unparsed
 
 
 def build_request(
@@ -231,10 +288,15 @@ def build_request(
     by_name = {t["name"]: t for t in tools}
     gold = [typed_call(name, args, by_name.get(name)) for name, args in raw_calls] if error is None else []
     system = task_text(instruction, time)
-    full = ([{"role": "system", "content": system}] if system else []) + messages
+    head = [{"role": "system", "content": system}] if system else []
+    structured, unparsed = structured_history(messages, by_name)
+    raw = head + _raw_messages(messages)
+    extra: dict[str, Any] = {"raw_messages": raw, "split_hash": prompt_hash(raw, tools)}
+    if unparsed:
+        extra["history_unparsed"] = unparsed
     request = Request(
-        id=rid, benchmark="apibank", split=split, messages=full, tools=tools, gold=gold,
-        source=source, meta={"raw_gold": output.strip(), **(meta or {})},
+        id=rid, benchmark="apibank", split=split, messages=head + structured, tools=tools, gold=gold,
+        source=source, meta={"raw_gold": output.strip(), **extra, **(meta or {})},
     )
     if error is not None:
         request.meta["gold_unparsed"] = error

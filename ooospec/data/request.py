@@ -66,6 +66,12 @@ class Request:
         if self.gold is not None:
             self.gold = [g if isinstance(g, Call) else Call.from_dict(g) for g in self.gold]
 
+    @property
+    def split_key(self) -> str:
+        """The hash that assigns a training request to train or dev: the prompt hash, or the hash
+        of the upstream form where a loader restructured the dialogue (so the split stays put)."""
+        return str(self.meta.get("split_hash") or self.prompt_hash)
+
     def tool(self, name: str) -> dict[str, Any] | None:
         return next((t for t in self.tools if t["name"] == name), None)
 

@@ -89,7 +89,7 @@ def split_training(
                 load.drop(file, record, "duplicate_prompt")
                 continue
             seen.add(request.prompt_hash)
-            request.split = "dev" if is_dev(request.prompt_hash, dev_fraction) else "train"
+            request.split = "dev" if is_dev(request.split_key, dev_fraction) else "train"
             (result.dev if request.split == "dev" else result.train).append(request)
             kept.append(request)
         load.requests = kept

@@ -31,6 +31,21 @@ def tools_system_prompt(request: Request) -> str:
     return TOOLS_SYSTEM_PROMPT.format(tools=listing)
 
 
+def json_call_history(message: dict[str, Any]) -> dict[str, Any]:
+    """A structured history turn in our JSON form, for templates that know no tool roles: an
+    assistant ``tool_calls`` turn becomes the calls written as the target is asked to write them
+    (``{"name": ..., "parameters": {...}}``, one per line), a ``tool`` turn keeps its role."""
+    if message.get("role") != "assistant" or not message.get("tool_calls"):
+        return {"role": message["role"], "content": str(message.get("content") or "")}
+    calls = []
+    for tool_call in message["tool_calls"]:
+        function = tool_call.get("function", tool_call)
+        calls.append(json.dumps({"name": function["name"], "parameters": function.get("arguments") or {}},
+                                ensure_ascii=False))
+    text = str(message.get("content") or "").strip()
+    return {"role": "assistant", "content": "\n".join(([text] if text else []) + calls)}
+
+
 def _messages_with_tool_system(request: Request) -> list[dict[str, Any]]:
     """Our tool system prompt first; an original system message is appended to it, not dropped."""
     system = tools_system_prompt(request)
@@ -38,7 +53,7 @@ def _messages_with_tool_system(request: Request) -> list[dict[str, Any]]:
     if rest and rest[0].get("role") == "system":
         system = system + "\n\n" + str(rest[0].get("content", ""))
         rest = rest[1:]
-    return [{"role": "system", "content": system}, *rest]
+    return [{"role": "system", "content": system}, *(json_call_history(m) for m in rest)]
 
 
 def prompt_text(tokenizer: Any, request: Request, style: str, chat_template_kwargs: dict[str, Any] | None = None) -> str:
