@@ -83,8 +83,9 @@ def append_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
             handle.flush()
 
 
-def done_ids(path: Path, field: str = "id") -> set[str]:
-    """Ids already written to a resumable JSONL output (a torn last line is dropped)."""
+def done_ids(path: Path, field: str = "id", repair: bool = True) -> set[str]:
+    """Ids already written to a resumable JSONL output (a torn last line is dropped, and cut off
+    the file when ``repair``: never repair a file another process may be appending to)."""
     if not path.exists():
         return set()
     ids: set[str] = set()
@@ -96,7 +97,7 @@ def done_ids(path: Path, field: str = "id") -> set[str]:
                 good_bytes += len(raw)
             except (json.JSONDecodeError, KeyError):
                 break
-    if good_bytes != path.stat().st_size:  # truncate a partial line left by an interruption
+    if repair and good_bytes != path.stat().st_size:  # truncate a partial line left by an interruption
         with open(path, "r+b") as handle:
             handle.truncate(good_bytes)
     return ids

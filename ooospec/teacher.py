@@ -146,6 +146,23 @@ def generate_greedy(teacher: TargetModel, prompts: list[list[int]], max_new_toke
     return generations
 
 
+def trace_with_engine(teacher: TargetModel, sources: list[Any], request: Request, max_new_tokens: int) -> Generation:
+    """The teacher's greedy answer through the lossless engine (ToolSpec drafts, batch 1).
+
+    Identical to plain greedy decoding token for token (the engine's tested property; a test
+    re-derives committed traces with AR), only faster: tool-call scaffolds and repeated calls
+    are verified several tokens per forward. ``sources`` persist across requests, so call
+    retrieval learns from the teacher's earlier calls."""
+    from ooospec.decoding.loop import decode
+    from ooospec.decoding.methods import default_budget
+
+    result = decode(teacher, None, sources, request, max_new_tokens, default_budget(teacher.name))
+    ids = list(result.output_ids)
+    stopped = bool(ids) and ids[-1] in teacher.eos_token_ids
+    new = ids[:-1] if stopped else ids
+    return Generation(teacher.tokenizer.decode(new, skip_special_tokens=False), len(new), stopped)
+
+
 def subset(requests: list[Request], limit: int | None) -> list[Request]:
     """A deterministic subset, ordered by prompt hash: nested (limit n is a prefix of limit m > n)."""
     ordered = sorted(requests, key=lambda r: (r.prompt_hash, r.id))
@@ -165,29 +182,46 @@ def requests_digest(requests: Iterable[Request]) -> str:
     return hashlib.sha256(canonical_json([[r.id, r.prompt_hash] for r in requests]).encode()).hexdigest()[:16]
 
 
+DECODERS = ("toolspec", "generate")  # our lossless engine (batch 1), or HF generate (left-padded batches)
+DEFAULT_DECODER = "toolspec"
+
+
 def generation_settings(teacher: str, model_pin: str, surface: str, prompt_style: str,
                         chat_template_kwargs: dict[str, Any], dtype: str, max_new_tokens: int,
-                        batch_size: int) -> dict[str, Any]:
-    """Everything that determines a trace's text: committed traces are reused only when it matches."""
+                        batch_size: int, decoder: str = DEFAULT_DECODER) -> dict[str, Any]:
+    """Everything that determines a trace's text: committed traces are reused only when it matches.
+
+    ``prompts`` versions the way requests become prompts (the data layer's version): traces of
+    an older rendering of the same dialogue are never mixed with new ones."""
+    from ooospec.data.build import DATA_VERSION
+
+    if decoder not in DECODERS:
+        raise ValueError(f"unknown teacher decoder {decoder!r}; known: {list(DECODERS)}")
     return {"teacher": teacher, "model_pin": model_pin, "surface": surface, "prompt_style": prompt_style,
             "chat_template_kwargs": dict(chat_template_kwargs), "max_new_tokens": max_new_tokens,
-            "batch_size": batch_size, "dtype": dtype}
+            "batch_size": 1 if decoder == "toolspec" else batch_size, "dtype": dtype, "decoder": decoder,
+            "prompts": f"data-v{DATA_VERSION}"}
 
 
-def profile_teacher_settings(profile: str, max_new_tokens: int, batch_size: int) -> dict[str, Any]:
+def profile_teacher_settings(profile: str, max_new_tokens: int, batch_size: int,
+                             decoder: str = DEFAULT_DECODER) -> dict[str, Any]:
     """`generation_settings` of a profile's teacher role, read from the profile (no model load)."""
+    from ooospec.models.loading import runtime_placement
+
     prof = load_profile(profile)
     role, spec = prof.teacher, prof.model("teacher")
     pin = spec.source.sha256 or f"{spec.source.repo}@{spec.source.revision or 'main'}"
+    dtype, _ = runtime_placement(spec)
     return generation_settings(spec.name, pin, role.surface or "", role.prompt or "", role.chat_template_kwargs,
-                               spec.dtype, max_new_tokens, batch_size)
+                               dtype, max_new_tokens, batch_size, decoder)
 
 
-def model_teacher_settings(teacher: TargetModel, model_pin: str, max_new_tokens: int, batch_size: int) -> dict[str, Any]:
+def model_teacher_settings(teacher: TargetModel, model_pin: str, max_new_tokens: int, batch_size: int,
+                           decoder: str = DEFAULT_DECODER) -> dict[str, Any]:
     """`generation_settings` of an already loaded teacher (tests inject a tiny one)."""
     dtype = str(next(teacher.model.parameters()).dtype).replace("torch.", "")
     return generation_settings(teacher.name, model_pin, teacher.surface.name, teacher.prompt_style,
-                               teacher.chat_template_kwargs, dtype, max_new_tokens, batch_size)
+                               teacher.chat_template_kwargs, dtype, max_new_tokens, batch_size, decoder)
 
 
 def committed_dir() -> Path:
@@ -244,9 +278,15 @@ def stage_records(settings: dict[str, Any], exclude: Path | None = None) -> dict
     return found
 
 
-def judged_records(traces: Path, requests: list[Request], surface: SurfaceFormat) -> list[dict[str, Any]]:
-    """The records of a trace file for ``requests`` (in their order), verdicts re-derived."""
-    by_id = {r["id"]: r for r in read_jsonl(traces)} if traces.exists() else {}
+def trace_files(stage: Stage) -> list[Path]:
+    """The stage's trace file and the per-shard files of a multi-process run."""
+    return [p for p in [stage.path(TRACES_FILE), *sorted(stage.dir.glob("traces.shard*.jsonl"))] if p.exists()]
+
+
+def judged_records(traces: Path | list[Path], requests: list[Request], surface: SurfaceFormat) -> list[dict[str, Any]]:
+    """The records of trace files for ``requests`` (in their order), verdicts re-derived."""
+    paths = [traces] if isinstance(traces, Path) else traces
+    by_id = {r["id"]: r for path in paths if path.exists() for r in read_jsonl(path)}
     return [judged(by_id[r.id], r, surface.for_request(r)) for r in requests if r.id in by_id]
 
 
@@ -286,27 +326,34 @@ def run_teacher(
     model_pin: str | None = None,
     threads: int | None = None,
     on_batch: Callable[[int], None] | None = None,
+    decoder: str = DEFAULT_DECODER,
+    shard: tuple[int, int] = (0, 1),
 ) -> TeacherRun:
     """Trace ``requests`` (the ``limit`` subset) with the profile's teacher; resumable and keyed by config.
 
     ``teacher``/``model_pin`` inject a model (tests use a tiny random one); by default the profile's
     teacher role is used, pinned by its source sha256 (or hub id), and loaded only when some
     request is neither traced nor committed. ``on_batch`` is called after each written batch (a
-    hook for progress reporting and interruption tests).
+    hook for progress reporting and interruption tests). ``shard=(k, n)`` traces every n-th
+    request of the subset starting at k (those not yet traced) into its own file, so n processes (one per core) share a stage;
+    the stage is done when the files together cover the subset.
     """
+    index, shards = shard
+    if not 0 <= index < shards:
+        raise ValueError(f"shard {index} of {shards} does not exist")
     if threads:
         torch.set_num_threads(threads)
     chosen = subset(requests, limit)
     if teacher is None:
-        settings = profile_teacher_settings(profile, max_new_tokens, batch_size)
+        settings = profile_teacher_settings(profile, max_new_tokens, batch_size, decoder)
     else:
-        settings = model_teacher_settings(teacher, model_pin or "unpinned", max_new_tokens, batch_size)
+        settings = model_teacher_settings(teacher, model_pin or "unpinned", max_new_tokens, batch_size, decoder)
     config = {"split": split, "limit": limit, "requests": requests_digest(chosen), "profile": profile,
               "generation": settings}
     stage = Stage("teacher", config)
-    out = stage.path(TRACES_FILE)
-    done = done_ids(out)
-    todo = [r for r in chosen if r.id not in done]
+    out = stage.path(TRACES_FILE if shards == 1 else f"traces.shard{index}of{shards}.jsonl")
+    done = done_ids(out) | {i for path in trace_files(stage) if path != out for i in done_ids(path, repair=False)}
+    todo = [r for r in chosen[index::shards] if r.id not in done]
     known = {**stage_records(settings, exclude=stage.dir), **committed_records(settings)} if reuse else {}
     surface = get_surface(settings["surface"])
     reused = [judged(known[(r.id, r.prompt_hash)], r, surface.for_request(r)) for r in todo
@@ -319,11 +366,20 @@ def run_teacher(
     prompts = {r.id: teacher.prompt_ids(r) for r in todo}
     todo = length_windows(todo, lambda r: len(prompts[r.id]), window=8 * batch_size)
     generated, tokens, seconds = 0, 0, 0.0
+    step = settings["batch_size"]
+    sources = None
+    if todo and decoder == "toolspec":
+        from ooospec.decoding.methods import build_sources
+
+        sources = build_sources("toolspec")
     bar = tqdm(total=len(todo), desc=f"teacher {split}", unit="req")
-    for start in range(0, len(todo), batch_size):
-        batch = todo[start:start + batch_size]
+    for start in range(0, len(todo), step):
+        batch = todo[start:start + step]
         began = time.perf_counter()
-        generations = generate_greedy(teacher, [prompts[r.id] for r in batch], max_new_tokens)
+        if sources is not None:
+            generations = [trace_with_engine(teacher, sources, r, max_new_tokens) for r in batch]
+        else:
+            generations = generate_greedy(teacher, [prompts[r.id] for r in batch], max_new_tokens)
         elapsed = time.perf_counter() - began
         records = []
         for request, gen in zip(batch, generations):
@@ -344,7 +400,7 @@ def run_teacher(
         if on_batch is not None:
             on_batch(generated)
     bar.close()
-    records = judged_records(out, chosen, surface)
+    records = judged_records(trace_files(stage), chosen, surface)
     summary = {"requests": len(records), "valid": sum(r["call"] is not None for r in records),
                "generated_now": generated, "reused_committed_now": len(reused),
                "generate_seconds_now": round(seconds, 1), "generated_tokens_now": tokens,
@@ -418,6 +474,19 @@ def committed_traces(split: str = "train", profile: str = "cpu", max_new_tokens:
             if (r.id, r.prompt_hash) in committed]
 
 
+def code_commit() -> str | None:
+    """The git commit of the code that made an artifact (None outside a checkout)."""
+    import subprocess
+
+    from ooospec.paths import REPO_ROOT
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def commit_traces(records: list[dict[str, Any]], name: str, config: dict[str, Any],
                   provenance: dict[str, Any]) -> Path:
     """Write trace records under ``artifacts/committed/teacher/<name>/`` with their config and sha256."""
@@ -431,6 +500,8 @@ def commit_traces(records: list[dict[str, Any]], name: str, config: dict[str, An
     (target / "provenance.json").write_text(json.dumps({
         **provenance, "sha256": digest, "records": len(records),
         "valid": sum(r["call"] is not None for r in records),
+        "code_commit": code_commit(), "prompts": requests_digest(
+            [Request(r["id"], "", "", [], [], None, prompt_hash=r["prompt_hash"]) for r in records]),
         "throughput": throughput(records), "validity_by_source": validity_by_source(records),
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
     }, indent=2))
@@ -471,23 +542,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--decoder", choices=DECODERS, default=DEFAULT_DECODER)
+    parser.add_argument("--shard", default="0/1", help="k/n: this process traces every n-th missing request from k")
+    parser.add_argument("--new-only", action="store_true",
+                        help="with --commit: commit only records not already in a committed trace set (a chunk)")
     parser.add_argument("--commit", metavar="NAME", help="copy the traces to artifacts/committed/teacher/NAME")
     parser.add_argument("--commit-only", action="store_true", help="commit what is traced so far, trace nothing")
     args = parser.parse_args(argv)
     limit = None if args.limit < 0 else args.limit
     requests = load_split(args.split)
+    index, _, shards = args.shard.partition("/")
+    settings = profile_teacher_settings(args.profile, args.max_new_tokens, args.batch_size, args.decoder)
     if args.commit_only:
-        settings = profile_teacher_settings(args.profile, args.max_new_tokens, args.batch_size)
         chosen = subset(requests, limit)
         stage = Stage("teacher", {"split": args.split, "limit": limit, "requests": requests_digest(chosen),
                                   "profile": args.profile, "generation": settings})
-        records = judged_records(stage.path(TRACES_FILE), chosen, get_surface(settings["surface"]))
+        records = judged_records(trace_files(stage), chosen, get_surface(settings["surface"]))
     else:
         run = run_teacher(requests, split=args.split, profile=args.profile, limit=limit,
-                          max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads)
+                          max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads,
+                          decoder=args.decoder, shard=(int(index), int(shards or 1)))
         stage, records = run.stage, run.records
         print(json.dumps(run.summary, indent=2))
-    if args.commit:
+    if args.commit and args.new_only:
+        committed = committed_records(settings)
+        records = [r for r in records if (r["id"], r["prompt_hash"]) not in committed]
+    if args.commit and records:
         config = json.loads(stage.path("config.json").read_text())
         where = commit_traces(records, args.commit, config, {
             "made_by": f"python -m ooospec.teacher {' '.join(argv or __import__('sys').argv[1:])}",

@@ -131,3 +131,24 @@ def test_a_smaller_run_reuses_a_larger_runs_records(tmp_path, monkeypatch, tiny_
     assert {r["origin"] for r in small.records} == {f"stage:{large.stage.key}"}
     fresh = _run(tiny_teacher, _requests(), limit=3, batch_size=1, reuse=False)
     assert fresh.generated == 3
+
+
+def test_engine_traces_equal_generate_traces(tiny_teacher, tmp_path, monkeypatch):
+    """The default decoder (our engine with ToolSpec drafts) writes exactly HF generate's text."""
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    requests = _requests(4)
+    engine = _run(tiny_teacher, requests, limit=None).records
+    plain = _run(tiny_teacher, requests, limit=None, decoder="generate", batch_size=1).records
+    assert [r["raw_text"] for r in engine] == [r["raw_text"] for r in plain]
+    assert engine[0]["call"] == plain[0]["call"]
+
+
+def test_shards_split_the_work_and_complete_one_stage(tiny_teacher, tmp_path, monkeypatch):
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    requests = _requests(5)
+    run = dict(split="train", teacher=tiny_teacher, model_pin="tiny-seed1", max_new_tokens=5, limit=None, reuse=False)
+    first = run_teacher(requests, shard=(0, 2), **run)
+    assert first.generated == 3 and not first.stage.done
+    second = run_teacher(requests, shard=(1, 2), **run)
+    assert second.generated == 2 and second.stage.done
+    assert len(second.records) == 5 and {r["id"] for r in second.records} == {r.id for r in requests}

@@ -60,6 +60,7 @@ def test_teacher_rederives_a_committed_slice():
     teacher = load_role("teacher", "cpu")
     for split, record in records[:2]:
         request = next(r for r in load_split(split) if r.id == record["id"])
+        # plain greedy AR (HF generate, batch 1, no drafts): the traces came from the ToolSpec engine
         (generation,) = generate_greedy(teacher, [teacher.prompt_ids(request)], DEFAULT_MAX_NEW_TOKENS)
         assert generation.text == record["raw_text"], record["id"]
         assert first_valid_call(generation.text, request, teacher.surface_for(request)).call == record["call"]
