@@ -72,3 +72,48 @@ def verify_cost_curve(
     base = medians.get(0) or min(medians.values())
     base_min = mins.get(0) or min(mins.values())
     return [CostPoint(n, medians[n], mins[n], medians[n] / base, mins[n] / base_min) for n in sizes]
+
+
+@dataclass
+class ArithmeticPoint:
+    """One arithmetic option on one target: the one-row step, the prefill and the verify curve."""
+
+    target: str
+    profile: str  # names the arithmetic (cpu = fp32, cpu-bf16 = bf16)
+    dtype: str
+    threads: int
+    attention: str  # the model's attention implementation (sdpa | eager)
+    prompt_tokens: int
+    step_ms: float  # median one-row step
+    prefill_s: float  # median prefill of the prompt
+    ratios: dict[int, float]  # rows (1 + nodes) -> median forward / median one-row step
+    min_ratios: dict[int, float]
+
+
+def measure_arithmetic(
+    verifier: TreeVerifier,
+    prompt_ids: list[int],
+    *,
+    target: str,
+    profile: str,
+    threads: int,
+    attention: str,
+    rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 48, 64),
+    repeats: int = 5,
+    prefill_repeats: int = 3,
+) -> ArithmeticPoint:
+    """The verify-cost curve in rows (a forward over r rows = root + r-1 nodes) plus the prefill."""
+    prefill = []
+    for _ in range(prefill_repeats):
+        start = time.perf_counter()
+        verifier.prefill(prompt_ids)
+        prefill.append(time.perf_counter() - start)
+    points = verify_cost_curve(verifier, prompt_ids, tuple(r - 1 for r in rows), repeats)
+    by_rows = {p.nodes + 1: p for p in points}
+    return ArithmeticPoint(
+        target=target, profile=profile, dtype=str(verifier.dtype).removeprefix("torch."), threads=threads,
+        attention=attention, prompt_tokens=len(prompt_ids), step_ms=1000 * by_rows[1].median_s,
+        prefill_s=statistics.median(prefill),
+        ratios={r: round(p.ratio, 3) for r, p in by_rows.items()},
+        min_ratios={r: round(p.min_ratio, 3) for r, p in by_rows.items()},
+    )

@@ -28,6 +28,16 @@ from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
 
 NEAR_TIE_GAP = 1e-3  # logit gap under which fp32 summation order can flip a greedy choice
+NEAR_TIE_GAPS = {"float32": NEAR_TIE_GAP, "bfloat16": 0.5, "float16": 0.1}
+
+
+def near_tie_gap(dtype: Any) -> float:
+    """The AR top-2 logit gap under which a flipped greedy choice counts as a numerical near-tie.
+
+    fp32 resolves a logit to ~1e-6 relative, so a different summation order (a 17-row forward
+    against a one-row step) flips only gaps of ~1e-3; bf16 keeps 8 mantissa bits, so a logit
+    near 16 is resolved to 0.0625 and rounding inside the network moves it by a few such steps."""
+    return NEAR_TIE_GAPS[str(dtype).removeprefix("torch.")]
 
 
 @dataclass
@@ -55,7 +65,8 @@ def first_mismatch(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _record(result: DecodeResult, request: Request, label: str, target: str, ar: DecodeResult | None) -> dict:
+def _record(result: DecodeResult, request: Request, label: str, target: str, ar: DecodeResult | None,
+            tie_gap: float = NEAR_TIE_GAP) -> dict:
     record = result.to_record()
     del record["trace"], record["text"]
     record.update(method=label, target=target, benchmark=request.benchmark)
@@ -65,7 +76,7 @@ def _record(result: DecodeResult, request: Request, label: str, target: str, ar:
         record["mismatch_at"] = at
         gap = ar.margins[at] if at is not None and at < len(ar.margins) else None
         record["ar_gap_at_mismatch"] = gap
-        record["near_tie"] = gap is not None and gap < NEAR_TIE_GAP
+        record["near_tie"] = gap is not None and gap < tie_gap
     return record
 
 
@@ -102,7 +113,7 @@ def compare_methods(
                 continue
             result = decode(target, None, sources[run.label], request, max_new_tokens, run.budget or budget,
                             prefill=prefill, verifier=verifier)
-            records.append(_record(result, request, run.label, target.name, ar))
+            records.append(_record(result, request, run.label, target.name, ar, near_tie_gap(verifier.dtype)))
     return records
 
 

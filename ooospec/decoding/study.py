@@ -109,3 +109,80 @@ def cost_curve(target_name: str, *, profile: str = "cpu", benchmark: str = "apib
 def budget_runs(budgets: list[int]) -> tuple[MethodRun, ...]:
     """ToolSpec at several node budgets (depth limit = node budget)."""
     return tuple(MethodRun(f"toolspec@{b}", "toolspec", budget=TreeBudget(b, b)) for b in budgets)
+
+
+ARITHMETIC_OPTIONS = (  # (profile, attention): fp32 as today, bf16, bf16 with eager attention
+    ("cpu", "sdpa"), ("cpu-bf16", "sdpa"), ("cpu-bf16", "eager"),
+)
+
+
+def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str, str], ...] = ARITHMETIC_OPTIONS,
+                     threads: tuple[int, ...] = (1, 2), benchmark: str = "apibank", repeats: int = 5,
+                     rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 48, 64)) -> list[dict[str, Any]]:
+    """Step cost, prefill and verify curve per target x arithmetic option x thread count.
+
+    The options differ only in numerics or kernels; whether one may be used is decided by the
+    lossless audit (every method identical to AR in the same arithmetic), not here."""
+    from ooospec.decoding.cost import measure_arithmetic
+
+    config = {"version": STUDY_VERSION, "targets": list(target_names), "options": [list(o) for o in options],
+              "threads": list(threads), "benchmark": _split_name(benchmark), "repeats": repeats, "rows": list(rows)}
+    stage = Stage("arithmetic_study", config)
+    path = stage.path("points.json")
+    if stage.done:
+        return json.loads(path.read_text())
+    request = load_split(_split_name(benchmark))[0]
+    points = []
+    old_threads = torch.get_num_threads()
+    try:
+        for name in target_names:
+            for profile in dict.fromkeys(p for p, _ in options):
+                target = cached_target(name, profile)
+                prompt = target.prompt_ids(request)
+                for attention in [a for p, a in options if p == profile]:
+                    target.model.set_attn_implementation(attention)
+                    for count in threads:
+                        torch.set_num_threads(count)
+                        point = measure_arithmetic(TreeVerifier(target.model, target.eos_token_ids), prompt,
+                                                   target=name, profile=profile, threads=count,
+                                                   attention=attention, rows=rows, repeats=repeats)
+                        points.append(vars(point))
+                target.model.set_attn_implementation("sdpa")
+                cached_target.cache_clear()
+    finally:
+        torch.set_num_threads(old_threads)
+    path.write_text(json.dumps(points, indent=1))
+    stage.mark_done(points=len(points))
+    return points
+
+
+def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int = 20, seed: int = 7,
+                   max_new_tokens: int = 96, runs: tuple[MethodRun, ...] = DEFAULT_RUNS,
+                   progress: bool = True) -> list[dict[str, Any]]:
+    """Every method against AR in the profile's own arithmetic on ``per_benchmark`` evaluation
+    requests of each benchmark; records carry the AR top-2 gap at any first mismatch."""
+    config = {"version": STUDY_VERSION, "profile": profile, "target": target_name, "per_benchmark": per_benchmark,
+              "seed": seed, "max_new_tokens": max_new_tokens,
+              "runs": [{"label": r.label, "method": r.method, "options": r.options} for r in runs]}
+    stage = Stage("lossless_audit", config)
+    path = stage.path("records.jsonl")
+    if stage.done:
+        return list(read_jsonl(path))
+    target = cached_target(target_name, profile)
+    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    requests = [r for b in ("apibank", "toolalpaca", "bfcl")
+                for r in select_slice(load_split(_split_name(b)), per_benchmark, seed)]
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        records = compare_methods(target, requests, list(runs), max_new_tokens, default_budget(target_name),
+                                  progress=progress)
+    finally:
+        torch.set_num_threads(old_threads)
+    for record in records:
+        record.update(profile=profile, dtype=dtype)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tmp.replace(path)
+    stage.mark_done(records=len(records))
+    return records

@@ -84,3 +84,97 @@ def evidence_record(target: TargetModel, observations: list[RenderingObservation
         "exact_matches": sum(o.exact for o in observations),
         "observations": [asdict(o) for o in observations],
     }
+
+
+def matching_variants(raw_text: str, variants: dict[str, SurfaceFormat]) -> list[str]:
+    """The variants whose rendering of the parsed calls reproduces ``raw_text`` byte for byte."""
+    first = next(iter(variants.values()))
+    calls = first.parse(raw_text)
+    if not calls:
+        return []
+    return [name for name, surface in variants.items() if surface.render(calls) == raw_text]
+
+
+def derive_variant_by_benchmark(target: TargetModel, requests: list[Request], variants: dict[str, SurfaceFormat],
+                                max_new_tokens: int = 200) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """Observe ``target`` greedily on ``requests`` (training/dev requests only: the rendering must
+    not be fitted on the evaluation requests it is then used on) and pick, per benchmark, the
+    variant most answers are written in; ``*`` (every other benchmark, e.g. BFCL and ToolAlpaca,
+    which have no training requests) takes the majority over all answers. Ties keep the default.
+    Returns the choice and every observation."""
+    from collections import Counter
+
+    rows = []
+    for request in tqdm(requests, desc=f"rendering evidence {target.name}"):
+        raw, stopped = greedy_text(target, request, max_new_tokens)
+        found = matching_variants(raw, variants)
+        rows.append({"request_id": request.id, "benchmark": request.benchmark, "source": request.source,
+                     "raw_text": raw, "stopped_on_eos": stopped, "variants": found,
+                     "calls": [c.to_dict() for c in next(iter(variants.values())).parse(raw)]})
+    overall = Counter(v for row in rows for v in row["variants"])
+    default = overall.most_common(1)[0][0] if overall else next(iter(variants))
+    counts: dict[str, Counter] = {}
+    for row in rows:
+        counts.setdefault(row["benchmark"], Counter()).update(row["variants"])
+    by_benchmark = {"*": default}
+    for benchmark, counter in sorted(counts.items()):
+        best = [v for v, n in counter.most_common() if n == counter.most_common(1)[0][1]] if counter else []
+        if best and default not in best:
+            by_benchmark[benchmark] = best[0]
+    return by_benchmark, rows
+
+
+def rederive_qwen_rendering(per_benchmark: int = 12, profile: str = "cpu", seed: int = 0,
+                            max_new_tokens: int = 200) -> dict[str, Any]:
+    """Re-derive `configs/renderings/qwen_fenced_json.json`'s variant choice on dev requests.
+
+    The layouts themselves (fence, indent, array style) stay as frozen; what is re-observed is
+    which layout the target writes for which kind of request, and every stored observation now
+    comes from dev requests (``per_benchmark`` per dev benchmark, seeded)."""
+    import json
+    import random
+
+    from ooospec.data import load_split
+    from ooospec.models.formats.qwen_fenced_json import RENDERING_FILE, QwenFencedJson, frozen_rendering
+    from ooospec.models.target import load_target
+    from ooospec.paths import configs_dir
+
+    target = load_target("qwen2.5-coder-0.5b", profile)
+    dev = load_split("dev")
+    chosen = []
+    for benchmark in sorted({r.benchmark for r in dev}):
+        pool = [r for r in dev if r.benchmark == benchmark]
+        chosen += random.Random(seed).sample(pool, min(per_benchmark, len(pool)))
+    variants = {name: QwenFencedJson(name) for name in frozen_rendering()["variants"]}
+    by_benchmark, rows = derive_variant_by_benchmark(target, chosen, variants, max_new_tokens)
+    path = configs_dir() / "renderings" / RENDERING_FILE
+    data = json.loads(path.read_text(encoding="utf-8"))
+    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    data.update({
+        "observed_at": time.strftime("%Y-%m-%d"),
+        "variant_by_benchmark": by_benchmark,
+        "evidence_source": (f"greedy answers of the target ({dtype}, profile {profile!r}) on {len(chosen)} dev requests "
+                            f"({per_benchmark} per dev benchmark, seed {seed}), max_new_tokens={max_new_tokens}; "
+                            "no evaluation request was observed. Re-derive with "
+                            "`python -m ooospec.models.rendering_evidence`."),
+        "observed": {"answers": len(rows),
+                     "in a frozen variant": sum(bool(r["variants"]) for r in rows),
+                     **{f"variant {v}": sum(v in r["variants"] for r in rows) for v in variants},
+                     "calls parsed but no variant reproduces them": sum(bool(r["calls"]) and not r["variants"] for r in rows),
+                     "no call": sum(not r["calls"] for r in rows)},
+        "observations": rows,
+    })
+    frozen_rendering.cache_clear()
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return data
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=rederive_qwen_rendering.__doc__)
+    parser.add_argument("--per-benchmark", type=int, default=12)
+    parser.add_argument("--profile", default="cpu")
+    args = parser.parse_args()
+    print(json.dumps(rederive_qwen_rendering(args.per_benchmark, args.profile)["observed"], indent=1))
