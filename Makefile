@@ -15,7 +15,7 @@ CHAPTERS := book/chapters
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 EXECUTED := $(patsubst notebooks/%,$(CHAPTERS)/%,$(NOTEBOOKS))
 # the setup stamp changes whenever a requirement or the package metadata does
-SETUP_HASH := $(shell cat requirements.txt requirements-models.txt pyproject.toml | sha256sum | cut -c1-16)
+SETUP_HASH := $(shell cat requirements.txt requirements-models.txt requirements-nodeps.txt pyproject.toml | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.setup-$(SETUP_HASH)
 
 export PYTHONUNBUFFERED := 1
@@ -33,7 +33,7 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements-models.txt pyproject.toml
+$(STAMP): requirements.txt requirements-models.txt requirements-nodeps.txt pyproject.toml
 	set -e
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -41,6 +41,7 @@ $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	$(BIN)/python -m pip install -q $$(grep -E '^torch==' requirements.txt)
 	$(BIN)/python -m pip install -q -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps -r requirements-models.txt
+	$(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
 	rm -f $(VENV)/.setup-*
 	touch $@

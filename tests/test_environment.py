@@ -17,8 +17,20 @@ def _requirement_lines(path: Path) -> list[str]:
 def test_requirements_are_exact_pins_with_torch_first():
     lines = _requirement_lines(ROOT / "requirements.txt")
     assert lines[0] == "torch==2.13.0", "torch must be pinned first (an unpinned torch pulls CUDA)"
-    for line in lines + _requirement_lines(ROOT / "requirements-models.txt"):
+    for line in lines + _requirement_lines(ROOT / "requirements-models.txt") + _requirement_lines(ROOT / "requirements-nodeps.txt"):
         assert re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", line), f"not an exact pin: {line}"
+
+
+def test_no_deps_requirements_are_installed_and_named_for_conda_users():
+    """requirements-nodeps.txt (bfcl-eval) is installed with --no-deps by `make setup` and named in
+    environment.yml's instructions; its pins stay out of requirements.txt (their dependencies conflict)."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--no-deps -r requirements-nodeps.txt" in makefile
+    assert "requirements-nodeps.txt" in makefile.split("SETUP_HASH :=")[1].splitlines()[0]
+    nodeps = {ln.split("==")[0] for ln in _requirement_lines(ROOT / "requirements-nodeps.txt")}
+    assert "bfcl-eval" in nodeps
+    assert not nodeps & {ln.split("==")[0] for ln in _requirement_lines(ROOT / "requirements.txt")}
+    assert "--no-deps -r requirements-models.txt -r requirements-nodeps.txt" in (ROOT / "environment.yml").read_text()
 
 
 def test_environment_yml_wraps_requirements_exactly():

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ooospec.data import apibank, bfcl, glaive, nestful, openfunctions, sealtools, toolalpaca, toolrl
 from ooospec.data.card import build_card
-from ooospec.data.loading import SourceLoad
+from ooospec.data.loading import SourceLoad, flag_schema_warnings
 from ooospec.data.raw import load_manifest, optional_files_state
 from ooospec.data.request import read_requests, write_requests, Request
 from ooospec.data.splits import DEFAULT_DEV_FRACTION, split_training
@@ -93,6 +93,8 @@ def load_everything(include_live: bool, dev_fraction: float, decontaminate: bool
     eval_requests = [r for load in eval_loads + irrelevance for r in load.requests]
     split = split_training(train_loads, eval_requests, toolalpaca.eval_api_names(),
                            dev_fraction=dev_fraction, decontaminate=decontaminate)
+    for load in eval_loads + irrelevance + train_loads:  # the kept requests, after the split's drops
+        flag_schema_warnings(load)  # recorded on the request and counted in the card, never dropped
     by_benchmark = {
         "eval_apibank": [r for load in eval_loads if load.source.startswith("apibank") for r in load.requests],
         "eval_toolalpaca": [r for load in eval_loads if load.source.startswith("toolalpaca") for r in load.requests],
@@ -159,6 +161,21 @@ def main(argv: list[str] | None = None) -> None:
     for name, count in card["outputs"].items():
         print(f"{name:24s} {count:6d}")
     print("totals:", card["totals"], "paper:", {k: card["paper"][k] for k in card["totals"]})
+    for line in schema_warning_summary(card):
+        print(line)
+
+
+def schema_warning_summary(card: dict[str, Any], examples: int = 3) -> list[str]:
+    """Lines for the build's summary: requests whose tool schemas break the metaschema, per source,
+    with a few of the warnings (all of them are in each request's ``meta["schema_warnings"]``)."""
+    flagged = [s for s in card["sources"] if s.get("tool_schema_warnings")]
+    if not flagged:
+        return ["tool schema warnings: none (every tool schema is valid JSON Schema)"]
+    lines = [f"tool schema warnings: {sum(s['tool_schema_warnings'] for s in flagged)} requests"]
+    for source in flagged:
+        lines.append(f"  {source['source']}: {source['tool_schema_warnings']} requests")
+        lines.extend(f"    {text}" for text in source.get("schema_warning_examples", [])[:examples])
+    return lines
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 Per source: ``raw`` candidate records, ``kept`` (split into train/dev for training sources),
 ``dropped`` by reason, gold calls kept but unparsed, gold calls that violate their tool schema,
 gold calls that name a function outside the request's tools (evaluation sets keep such requests;
-training sources drop them), and evaluation requests whose prompt repeats an earlier one (kept). ``raw == kept + sum(dropped)`` is checked when the card is built.
+training sources drop them), evaluation requests whose prompt repeats an earlier one (kept), and
+requests whose tool schemas break the JSON Schema metaschema (kept, with the warnings in
+``meta["schema_warnings"]``; a few are listed here). ``raw == kept + sum(dropped)`` is checked when
+the card is built.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from ooospec.data.loading import SourceLoad
+from ooospec.data.loading import SCHEMA_ISSUE, SCHEMA_WARNINGS, SourceLoad
 from ooospec.data.splits import PAPER_DEV, PAPER_TRAIN
 
 PAPER = {
@@ -39,6 +42,8 @@ def source_entry(load: SourceLoad) -> dict[str, Any]:
         "gold_schema_violation": len(load.issues.get("gold_schema_violation", [])),
         "gold_not_in_tools": len(load.issues.get("gold_not_in_tools", [])),
         "repeated_prompt": len(load.issues.get("repeated_prompt", [])),
+        "tool_schema_warnings": len(load.issues.get(SCHEMA_ISSUE, [])),
+        "schema_warning_examples": [f"{r.id}: {w}" for r in load.requests for w in r.meta.get(SCHEMA_WARNINGS, [])][:10],
         "gold_calls": sum(len(r.gold or []) for r in load.requests),
         "issue_ids": {k: v[:MAX_LISTED_IDS] for k, v in load.issues.items()},
         "drop_examples": [d.to_dict() for d in load.drops[:10]],
@@ -82,6 +87,7 @@ def card_table(card: dict[str, Any]) -> pd.DataFrame:
             "drop reasons": ", ".join(f"{k}={v}" for k, v in sorted(s["dropped"].items())) or "",
             "gold unparsed": s["gold_unparsed"], "gold schema violations": s["gold_schema_violation"],
             "gold not in tools": s["gold_not_in_tools"], "repeated prompts": s["repeated_prompt"],
+            "tool schema warnings": s.get("tool_schema_warnings", 0),
         })
     totals, paper = card["totals"], card["paper"]
     for label, train_key, dev_key in (("API-Bank training", "apibank_train", "apibank_dev"),
@@ -90,6 +96,6 @@ def card_table(card: dict[str, Any]) -> pd.DataFrame:
         rows.append({"source": f"{label} (paper)", "split": "train+dev", "train": paper[train_key], "dev": paper[dev_key]})
     table = pd.DataFrame(rows)
     count_cols = ["raw", "kept", "train", "dev", "dropped", "gold unparsed", "gold schema violations",
-                  "gold not in tools", "repeated prompts"]
+                  "gold not in tools", "repeated prompts", "tool schema warnings"]
     table[count_cols] = table[count_cols].astype("Int64")
     return table.fillna({"drop reasons": ""})

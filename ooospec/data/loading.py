@@ -4,7 +4,8 @@ A loader never skips silently. Each upstream record it reads either becomes a `R
 `Drop` with a reason and the file and record it came from, so the data card can reconcile
 ``raw = kept + sum(dropped)`` per source. Gold calls that are kept but could not be parsed (or
 that break their schema) are counted in ``issues`` rather than dropped, because evaluation sets
-must keep their published sizes.
+must keep their published sizes. Tool schemas that break the JSON Schema metaschema are
+warnings on the request (``meta["schema_warnings"]``, counted in ``issues``), not drops.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ooospec.data.request import Call, Request
-from ooospec.data.schema import DataError, schema_violations
+from ooospec.data.schema import DataError, schema_violations, tool_schema_warnings
 
 
 @dataclass
@@ -114,6 +115,37 @@ def check_gold(load: SourceLoad, request: Request, file: str, record: str, stric
     return True
 
 
+SCHEMA_WARNINGS = "schema_warnings"  # request.meta key
+SCHEMA_ISSUE = "tool_schema_warning"  # SourceLoad issue key (request ids)
+
+
+def check_tool_schemas(request: Request) -> list[str]:
+    """Validate every tool schema of ``request`` against the JSON Schema metaschema and record the
+    problems on the request (``meta["schema_warnings"]``, absent when there are none).
+
+    A warning, not a drop: an evaluation set keeps its size, and a target can still be prompted
+    with the tool; but nobody downstream should meet a ``"strnig"`` type unannounced. Idempotent.
+    """
+    warnings = tool_schema_warnings(request.tools)
+    if warnings:
+        request.meta[SCHEMA_WARNINGS] = warnings
+    else:
+        request.meta.pop(SCHEMA_WARNINGS, None)
+    return warnings
+
+
+def flag_schema_warnings(load: SourceLoad) -> int:
+    """`check_tool_schemas` on every kept request of a source, flagged per request for the card.
+    Returns the number of requests with warnings."""
+    flagged = 0
+    for request in load.requests:
+        if check_tool_schemas(request):
+            if request.id not in load.issues.get(SCHEMA_ISSUE, []):
+                load.flag(SCHEMA_ISSUE, request.id)
+            flagged += 1
+    return flagged
+
+
 def gold_violations(request: Request) -> list[str]:
     """Every schema problem of every gold call (for the card's examples and for tests)."""
     out = []
@@ -126,5 +158,5 @@ def gold_violations(request: Request) -> list[str]:
     return out
 
 
-__all__ = ["Call", "DataError", "Drop", "SourceLoad", "check_gold", "gold_violations", "read_json",
-           "read_json_lines", "require"]
+__all__ = ["Call", "DataError", "Drop", "SourceLoad", "check_gold", "check_tool_schemas", "flag_schema_warnings",
+           "gold_violations", "read_json", "read_json_lines", "require"]

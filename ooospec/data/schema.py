@@ -24,11 +24,14 @@ Mapping choices worth knowing:
 from __future__ import annotations
 
 import ast
+import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
 
 
 class DataError(ValueError):
@@ -256,3 +259,58 @@ def schema_violations(arguments: dict[str, Any], tool: dict[str, Any]) -> list[s
     extra = set(arguments) - set(tool["parameters"].get("properties", {}))
     problems.extend(f"{name}: not a parameter of {tool['name']}" for name in sorted(extra))
     return problems
+
+
+# Tool schemas without ``$schema`` are checked against Draft 7's metaschema: Draft 7 is the dialect
+# this module writes and the one `schema_violations` validates arguments with, so a schema that
+# passes here is one our own validator reads the way its author meant.
+DEFAULT_SCHEMA_DRAFT = Draft7Validator
+
+
+@lru_cache(maxsize=65536)
+def _metaschema_problems(schema_json: str) -> tuple[tuple[str, str], ...]:
+    """(field path, message) for every metaschema error of one schema (given as JSON, to cache)."""
+    schema = json.loads(schema_json)
+    cls = DEFAULT_SCHEMA_DRAFT
+    problems: list[tuple[str, str]] = []
+    if isinstance(schema, dict) and "$schema" in schema:
+        declared = validator_for(schema, default=None)
+        if declared is None:
+            problems.append(("$schema", f"unknown metaschema {schema['$schema']!r}; checked against Draft 7"))
+        else:
+            cls = declared
+    errors = sorted(cls(cls.META_SCHEMA).iter_errors(schema), key=lambda e: [str(p) for p in e.absolute_path])
+    for error in errors:
+        problem = (".".join(str(p) for p in error.absolute_path), error.message[:200])
+        if problem not in problems:  # Draft 2020-12's dynamic refs report one error several times
+            problems.append(problem)
+    return tuple(problems)
+
+
+def tool_schema_warnings(tools: list[Any]) -> list[str]:
+    """Why each tool's ``parameters`` is not a valid JSON Schema, one line per problem ([] if none).
+
+    Checked against the metaschema of the schema's ``$schema`` (Draft 7 without one), so a
+    property typed ``"strnig"`` or a ``properties`` written as a list is named here, with its tool
+    and field, instead of passing silently into templates, the schema FSM and the sidecar:
+    ``tool f: parameters.properties.y.type: 'strnig' is not valid under any of the given schemas``.
+    Loaders already refuse invalid schemas they convert (`function_spec`); this is the check for
+    every request, whatever made it. Results are cached per distinct schema (tools repeat).
+    """
+    warnings: list[str] = []
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            warnings.append(f"tool {index}: is a {type(tool).__name__}, not an object")
+            continue
+        label = f"tool {tool.get('name', index)}"
+        if "parameters" not in tool:
+            warnings.append(f"{label}: has no parameters")
+            continue
+        try:
+            schema_json = json.dumps(tool["parameters"], sort_keys=True)
+        except (TypeError, ValueError) as err:
+            warnings.append(f"{label}: parameters are not JSON ({err})")
+            continue
+        for path, message in _metaschema_problems(schema_json):
+            warnings.append(f"{label}: parameters{'.' + path if path else ''}: {message}")
+    return warnings

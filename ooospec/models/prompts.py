@@ -57,7 +57,16 @@ def _messages_with_tool_system(request: Request) -> list[dict[str, Any]]:
 
 
 def prompt_text(tokenizer: Any, request: Request, style: str, chat_template_kwargs: dict[str, Any] | None = None) -> str:
-    """The prompt string up to and including the assistant header (generation prompt)."""
+    """The prompt string up to and including the assistant header (generation prompt).
+
+    An empty dialogue (no messages, or no user message with text) is refused for every style,
+    naming the request: Qwen's template refuses it on its own, but our SmolLM2 prompt would
+    accept a bare system prompt and the model would invent a call for a question nobody asked.
+    """
+    if not any(isinstance(m, dict) and m.get("role") == "user" and str(m.get("content") or "").strip()
+               for m in request.messages or []):
+        raise ValueError(f"request {request.id}: empty dialogue ({len(request.messages or [])} messages, "
+                         f"no user message with text); refused for prompt style {style!r}")
     kwargs = dict(chat_template_kwargs or {})
     try:
         if style == "chat_template_tools":
