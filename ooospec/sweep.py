@@ -126,10 +126,12 @@ class CellOutcome:
     node: str | None = None
     cores: list[int] = field(default_factory=list)
     seconds: float | None = None
+    attempts: int | None = None  # of a failed task: the first try and its retries
 
     def line(self) -> str:
         if self.status == "failed":
-            return f"{self.cell}: FAILED: {self.error}"
+            tries = f" after {self.attempts} attempts" if self.attempts else ""
+            return f"{self.cell}: FAILED{tries}: {self.error}"
         where = f" on {self.node} cores {self.cores}" if self.node else ""
         took = f" in {self.seconds:.0f} s" if self.seconds is not None else ""
         return f"{self.cell}: {self.status}, {self.records} records{where}{took}"
@@ -354,9 +356,11 @@ def _run_tasks(ray: Any, cells: list[Cell], max_retries: int, targets: TargetPro
             ready, waiting = ray.wait(waiting, num_returns=1)
             cell = refs[ready[0]]
             try:
-                outcome = _store(cell, ray.get(ready[0]))
+                result = ray.get(ready[0])
             except Exception as err:  # a task that failed after its retries: report it, keep going
-                outcome = CellOutcome(cell.name, "failed", error=_one_line(err))
+                outcome = CellOutcome(cell.name, "failed", error=_one_line(err), attempts=max_retries + 1)
+            else:
+                outcome = _store(cell, result)
             outcomes.append(outcome)
             log(f"sweep: [{len(outcomes)}/{len(cells)}] {outcome.line()}")
     except KeyboardInterrupt:
