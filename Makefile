@@ -24,11 +24,12 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup data models reproduce notebooks book test unit smoke clean distclean browser help
+.PHONY: setup data models reproduce notebooks book sweep test unit smoke clean distclean browser help
 
 help:
 	@echo "make reproduce   run every stage (papermill) and build the book (PROFILE=$(PROFILE))"
 	@echo "make test        unit tests, smoke run of every notebook, book build, page check"
+	@echo "make sweep       the full-size bench + ablations as Ray tasks (RAY_ADDRESS, else local), then the book"
 	@echo "make setup | data | models | book | clean | distclean"
 
 setup: $(STAMP)
@@ -70,6 +71,23 @@ reproduce: setup $(EXECUTED)
 
 book: setup
 	$(BIN)/jupyter-book build --warningiserror --keep-going book/
+
+# The full-size sweep (README, "The full sweep on a Ray cluster"): every cell of 05_bench and
+# 06_ablations as a Ray task (RAY_ADDRESS=host:port joins a cluster, else a local Ray instance),
+# then both chapters executed on the sweep's slices (nothing left to decode) and the book.
+# It needs what the bench reads (data, models, adapters): the chapters up to 02_sidecar.
+SWEEP_PARAMS ?= {requests: null}
+SWEEP_NOTEBOOKS := 05_bench 06_ablations
+
+sweep: setup $(CHAPTERS)/00_data.ipynb $(CHAPTERS)/01_teacher.ipynb $(CHAPTERS)/02_sidecar.ipynb
+	set -e
+	$(BIN)/python -m ooospec.sweep --profile $(PROFILE) --params '$(SWEEP_PARAMS)' --notebooks $(SWEEP_NOTEBOOKS)
+	for nb in $(SWEEP_NOTEBOOKS); do
+		$(BIN)/papermill -k python3 --cwd notebooks notebooks/$$nb.ipynb $(CHAPTERS)/$$nb.ipynb.tmp \
+			-p profile $(PROFILE) -p executor ray -y '$(SWEEP_PARAMS)'
+		mv $(CHAPTERS)/$$nb.ipynb.tmp $(CHAPTERS)/$$nb.ipynb
+	done
+	$(MAKE) book
 
 unit: setup
 	$(BIN)/python -m pytest -q -m "not book" tests

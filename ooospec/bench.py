@@ -553,6 +553,31 @@ def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: Targe
         gc.collect()
 
 
+def run_cell(cfg: BenchConfig, target: str, benchmark: str, *, targets: TargetProvider | None = None,
+             load_requests: Callable[[str], list[Request]] = load_benchmark) -> tuple[Path, list[dict[str, Any]]]:
+    """One (target, benchmark) slice on its own -> (its slice file, its records).
+
+    The unit of work of `ooospec.sweep` (one Ray task each). It runs `_run_target`, the same code
+    as `run_bench`'s loop, for a single pending benchmark: same requests in file order, all
+    methods interleaved, same slice file; only its warm-up requests are this benchmark's instead
+    of the target's first pending one's (warm-up is untimed and leaves no state in the records).
+    A finished slice is read, not redone. Stage-wide files (``records.jsonl``, ``status.json``)
+    are left to the caller: many cells of one stage may run at once.
+    """
+    plan = plan_bench(cfg)
+    stage = bench_stage(cfg, plan)
+    provider = targets or ProfileTargets(cfg.profile)
+    fingerprint = provider.fingerprint(target)
+    path = slice_path(stage, target, fingerprint, benchmark)
+    if not path.exists():
+        files = {benchmark: load_requests(benchmark)}
+        samples = {benchmark: sample_requests(files[benchmark], cfg.requests, cfg.seed, benchmark)}
+        gold = {r.id: r.gold[0].to_dict() for r in samples[benchmark] if r.gold}
+        with pinned_cores(cfg.threads, cfg.pin_cores) as cores:
+            _run_target(cfg, plan, stage, provider, target, fingerprint, [benchmark], files, samples, gold, cores)
+    return path, list(read_jsonl(path))
+
+
 def load_records(cfg: BenchConfig, targets: TargetProvider | None = None) -> list[dict[str, Any]]:
     """Finished records of ``cfg`` without running anything (missing slices are simply absent)."""
     stage = bench_stage(cfg)

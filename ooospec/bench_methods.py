@@ -249,3 +249,11 @@ def method_budget(spec: MethodSpec, target_name: str) -> TreeBudget:
     if spec.budget is not None:
         budget = TreeBudget(max_nodes=spec.budget, max_depth=budget.max_depth)
     return ooospec_budget(budget, spec.hint_tokens) if spec.base == "ooospec" else budget
+
+
+def ablation_methods(ablations: list[str], delays: list[float], budgets: list[int]) -> list[str]:
+    """The ablations chapter's method list: AR, ToolSpec and OoO-Spec, every ablation variant, the
+    latency sweep and the budget sweep. One definition, so notebook 06 and `ooospec.sweep` key
+    the same bench stage (the key covers the method list)."""
+    return (["ar", "toolspec", "ooospec"] + list(ablations) + [f"ooospec:delay={d}" for d in delays]
+            + [f"{base}:budget={n}" for base in ("toolspec", "ooospec") for n in budgets])
