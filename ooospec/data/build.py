@@ -29,7 +29,7 @@ from ooospec.data.splits import DEFAULT_DEV_FRACTION, split_training
 from ooospec.paths import artifacts_dir
 from ooospec.stage import Stage
 
-DATA_VERSION = 3  # bump when a loader's output changes, so old builds are not reused
+DATA_VERSION = 4  # bump when a loader's output changes, so old builds are not reused
 SPLIT_FILES = ("eval_apibank", "eval_toolalpaca", "eval_bfcl", "eval_bfcl_irrelevance", "train", "dev")
 
 
