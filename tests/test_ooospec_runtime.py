@@ -155,3 +155,43 @@ def test_thread_placement_and_superseded_jobs(tokenizer):
         assert second.wait(5).payload == '{"name":"get_weather","arguments":{"city":"B"}}'
         assert first.wait(5).payload_bytes > 0
         assert service.wait_idle(5)
+
+
+class _ReadyTicket:
+    """A ticket whose result is already there (no sidecar process needed)."""
+
+    def __init__(self, payload):
+        from ooospec.sidecar.service import SidecarResult
+
+        self.result = SidecarResult("r1", payload=payload, payload_bytes=len(payload))
+
+    def poll(self):
+        return self.result
+
+    wait = poll
+
+
+def test_hint_follows_the_layout_the_target_writes(tokenizer):
+    """Qwen's API-Bank answers come inline or fenced: the hint aligns with whichever is committed."""
+    from ooospec.decoding.base import DecodeState
+    from ooospec.models.formats.qwen_fenced_json import QwenFencedJson
+
+    request = Request("r1", "apibank", "eval", [{"role": "user", "content": "weather"}], TOOLS, None)
+    surface = QwenFencedJson().for_request(request)
+    assert surface.variant == "inline" and [v.variant for v in surface.variants(request)] == ["inline", "fenced"]
+    call = Call("get_weather", {"city": "Paris"})
+    fenced = QwenFencedJson("fenced").render([call])
+    bank = HintBank(service=None)
+    bank.ctx = _ctx(request, tokenizer, surface)
+    bank.hint, bank.done_polling = None, False  # what `begin` sets, without a sidecar
+    bank.ticket = _ReadyTicket(call.compact())
+    state = DecodeState(bank.ctx)
+    state.commit(tokenizer.encode(fenced[: fenced.index('"get')], add_special_tokens=False))
+    (draft,) = bank.propose(state)
+    proposed = tokenizer.decode(draft.tokens)
+    assert fenced[fenced.index('"get'):].startswith(proposed) and proposed.startswith('"get_weather",\n')
+    inline = surface.render([call])
+    state = DecodeState(bank.ctx)
+    state.commit(tokenizer.encode(inline[:12], add_special_tokens=False))
+    (draft,) = bank.propose(state)
+    assert inline[12:].startswith(tokenizer.decode(draft.tokens))

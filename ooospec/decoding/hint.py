@@ -111,7 +111,8 @@ class HintBank(DraftSource):
         self.ctx = ctx
         self.stats = HintStats()
         self.hint: str | None = None
-        self.cursor = 0
+        self.hints: list[str] = []  # the call in every layout the target may use, expected first
+        self.cursors: list[int] = []
         self.done_polling = False
         self.ticket = self.service.submit(ctx.request, self.mode)
         ctx.trace.emit("sidecar_submit", mode=self.mode)
@@ -141,7 +142,9 @@ class HintBank(DraftSource):
             self.stats.error = "target has no surface format to render the hint"
             trace.emit("hint_rejected", round=state.round_index, reason=self.stats.error)
             return
-        self.hint = self.ctx.surface.render([call])
+        self.hints = list(dict.fromkeys(v.render([call]) for v in self.ctx.surface.variants(self.ctx.request)))
+        self.cursors = [0] * len(self.hints)
+        self.hint = self.hints[0]
         self.stats.ready_round, self.stats.call = state.round_index, call.to_dict()
         self.stats.hint_text = self.hint
         trace.emit("hint_ready", round=state.round_index, payload_bytes=result.payload_bytes,
@@ -157,10 +160,17 @@ class HintBank(DraftSource):
             self._take(result, state)
             if self.hint is None:
                 return []
-        alignment = align_hint(state.text, self.hint, self.cursor, self.min_match)
+        # align the committed text with each layout of the hint; the longest match says which
+        # layout the target is writing (ties go to the expected layout)
+        best, best_index = None, -1
+        for index, (hint, cursor) in enumerate(zip(self.hints, self.cursors)):
+            alignment = align_hint(state.text, hint, cursor, self.min_match)
+            if alignment is not None and (best is None or alignment.matched > best.matched):
+                best, best_index = alignment, index
+        alignment = best
         if alignment is None or not alignment.remainder:
             return []
-        self.cursor = alignment.position
+        self.cursors[best_index] = alignment.position
         tokens = tokens_continuing(self.ctx.tokenizer, state.output_ids, alignment.remainder)
         if not tokens:
             return []

@@ -41,6 +41,14 @@ class SurfaceFormat(ABC):
         """
         return self
 
+    def variants(self, request: Request) -> list["SurfaceFormat"]:
+        """Every rendering this target may use for ``request``, the expected one first.
+
+        A target whose layout is not fixed by the kind of request (Qwen2.5-Coder writes API-Bank
+        calls on one line or in a fenced block) lets the hint follow whichever layout the
+        committed text turns out to be in."""
+        return [self.for_request(request)]
+
     def render_one(self, call: Call) -> str:
         return self.render([call])
 

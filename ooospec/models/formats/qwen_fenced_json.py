@@ -60,6 +60,11 @@ class QwenFencedJson(SurfaceFormat):
         variant = by_benchmark.get(request.benchmark, by_benchmark["*"])
         return self if variant == self.variant else QwenFencedJson(variant)
 
+    def variants(self, request: Request) -> list["QwenFencedJson"]:
+        primary = self.for_request(request)
+        others = [QwenFencedJson(name) for name in frozen_rendering()["variants"] if name != primary.variant]
+        return [primary, *others]
+
     def _dumps(self, value: Any, level: int = 0) -> str:
         """``json.dumps`` layout, except that with ``scalar_arrays_inline`` an indented dump keeps an
         array of scalars on one line (as observed)."""
