@@ -93,7 +93,7 @@ def load_parts(cfg: ToolLoraConfig) -> ToolTargetParts:
     else:
         from ooospec.models.loading import load_model
 
-        model, tokenizer = load_model(role.model, profile)
+        model, tokenizer = load_model(role.model, profile, dtype="float32")  # LoRA training runs in fp32
         eos_id = tokenizer.get_vocab()[role.eos_tokens[0]]
         loaded = getattr(model, "loaded_from", None)
         info = {"model": role.model, "location": getattr(loaded, "location", None)}

@@ -83,12 +83,14 @@ def test_unknown_profile_and_bad_yaml(tmp_path):
 
 def test_derived_profiles_change_only_arithmetic_and_placement():
     cpu = load_profile("cpu")
-    for name, device in (("cpu-bf16", "cpu"), ("gpu-small", "cuda")):
+    assert {(s.dtype, s.device) for s in cpu.models.values()} == {("bfloat16", "cpu")}
+    for name, dtype, device in (("cpu-fp32", "float32", "cpu"), ("gpu-small", "bfloat16", "cuda")):
         derived = load_profile(name)
         assert derived.name == name and derived.targets == cpu.targets and derived.teacher == cpu.teacher
+        assert derived.lineage == (name, "cpu")
         for model, spec in derived.models.items():
             assert spec.source == cpu.models[model].source
-            assert (spec.dtype, spec.device) == ("bfloat16", device)
+            assert (spec.dtype, spec.device) == (dtype, device)
 
 
 def _write(tmp_path: Path, name: str, data: dict) -> Path:

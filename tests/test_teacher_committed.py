@@ -10,12 +10,10 @@ import pytest
 from ooospec.data import load_split
 from ooospec.models.formats import get_surface
 from ooospec.teacher import (
-    DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_NEW_TOKENS,
     TRACES_FILE,
     committed_dir,
     first_valid_call,
-    generate_greedy,
     profile_teacher_settings,
 )
 from ooospec.stage import read_jsonl
@@ -49,7 +47,10 @@ def test_committed_calls_follow_from_their_raw_text():
 
 @pytest.mark.slow
 def test_teacher_rederives_a_committed_slice():
-    """Regenerate the two cheapest committed records with the real teacher: same text, same call."""
+    """Regenerate the two cheapest committed records with plain greedy AR (no drafts): same text and
+    call, or (in bf16) a first difference at an AR near-tie, which is printed."""
+    from ooospec.decoding.evaluate import first_mismatch, near_tie_gap
+    from ooospec.decoding.loop import decode
     from ooospec.models.target import load_role
 
     records = []
@@ -58,9 +59,17 @@ def test_teacher_rederives_a_committed_slice():
         records += [(split, r) for r in read_jsonl(folder / TRACES_FILE)]
     records.sort(key=lambda sr: sr[1]["prompt_tokens"] + 4 * sr[1]["new_tokens"])
     teacher = load_role("teacher", "cpu")
+    tie = near_tie_gap(next(teacher.model.parameters()).dtype)
     for split, record in records[:2]:
         request = next(r for r in load_split(split) if r.id == record["id"])
-        # plain greedy AR (HF generate, batch 1, no drafts): the traces came from the ToolSpec engine
-        (generation,) = generate_greedy(teacher, [teacher.prompt_ids(request)], DEFAULT_MAX_NEW_TOKENS)
-        assert generation.text == record["raw_text"], record["id"]
-        assert first_valid_call(generation.text, request, teacher.surface_for(request)).call == record["call"]
+        ar = decode(teacher, None, [], request, DEFAULT_MAX_NEW_TOKENS, track_margins=True)
+        ids = [t for t in ar.output_ids if t not in teacher.eos_token_ids]
+        text = teacher.tokenizer.decode(ids, skip_special_tokens=False)
+        if text != record["raw_text"]:
+            traced = teacher.tokenizer(record["raw_text"], add_special_tokens=False).input_ids
+            at = first_mismatch(ids, traced)
+            gap = ar.margins[at] if at is not None and at < len(ar.margins) else None
+            print(f"{record['id']}: differs from AR at token {at}, AR top-2 gap {gap}")
+            assert gap is not None and gap < tie, record["id"]
+            continue
+        assert first_valid_call(text, request, teacher.surface_for(request)).call == record["call"]

@@ -79,7 +79,7 @@ class ArithmeticPoint:
     """One arithmetic option on one target: the one-row step, the prefill and the verify curve."""
 
     target: str
-    profile: str  # names the arithmetic (cpu = fp32, cpu-bf16 = bf16)
+    profile: str  # names the arithmetic (cpu = bf16, cpu-fp32 = fp32)
     dtype: str
     threads: int
     attention: str  # the model's attention implementation (sdpa | eager)

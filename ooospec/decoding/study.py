@@ -111,8 +111,8 @@ def budget_runs(budgets: list[int]) -> tuple[MethodRun, ...]:
     return tuple(MethodRun(f"toolspec@{b}", "toolspec", budget=TreeBudget(b, b)) for b in budgets)
 
 
-ARITHMETIC_OPTIONS = (  # (profile, attention): fp32 as today, bf16, bf16 with eager attention
-    ("cpu", "sdpa"), ("cpu-bf16", "sdpa"), ("cpu-bf16", "eager"),
+ARITHMETIC_OPTIONS = (  # (profile, attention): fp32, bf16 (the cpu default), bf16 with eager attention
+    ("cpu-fp32", "sdpa"), ("cpu", "sdpa"), ("cpu", "eager"),
 )
 
 

@@ -19,7 +19,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -247,11 +247,14 @@ class LoadedModel:
     device: str = "cpu"
 
 
-def load_model(name: str, profile: str | Profile = "cpu", *, num_layers: int | None = None) -> tuple[Any, Any]:
-    """(model, tokenizer) for a model or role name of the profile; eval mode, fp32 on the cpu profile.
+def load_model(name: str, profile: str | Profile = "cpu", *, num_layers: int | None = None,
+               dtype: str | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) for a model or role name of the profile, in eval mode.
 
     ``num_layers`` keeps only the first k decoder layers; for the ``sidecar_base`` role it defaults
-    to the profile's ``num_layers`` field.
+    to the profile's ``num_layers`` field. ``dtype`` overrides the profile's arithmetic: LoRA
+    training always runs its base in float32 (the committed adapters were trained so), whatever
+    arithmetic the profile decodes in.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -261,6 +264,8 @@ def load_model(name: str, profile: str | Profile = "cpu", *, num_layers: int | N
     if num_layers is None and role is not None:
         num_layers = role.num_layers
     location, kwargs = checkpoint_location(spec)
+    if dtype is not None:
+        spec = replace(spec, dtype=dtype)
     dtype, device = runtime_placement(spec)
     tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(location, dtype=getattr(torch, dtype), **kwargs)
