@@ -102,8 +102,6 @@ def derive_variant_by_benchmark(target: TargetModel, requests: list[Request], va
     variant most answers are written in; ``*`` (every other benchmark, e.g. BFCL and ToolAlpaca,
     which have no training requests) takes the majority over all answers. Ties keep the default.
     Returns the choice and every observation."""
-    from collections import Counter
-
     rows = []
     for request in tqdm(requests, desc=f"rendering evidence {target.name}"):
         raw, stopped = greedy_text(target, request, max_new_tokens)
@@ -111,17 +109,55 @@ def derive_variant_by_benchmark(target: TargetModel, requests: list[Request], va
         rows.append({"request_id": request.id, "benchmark": request.benchmark, "source": request.source,
                      "raw_text": raw, "stopped_on_eos": stopped, "variants": found,
                      "calls": [c.to_dict() for c in next(iter(variants.values())).parse(raw)]})
+    return variant_choice(rows, variants), rows
+
+
+def variant_choice(rows: list[dict[str, Any]], variants: dict[str, SurfaceFormat]) -> dict[str, str]:
+    """``{"*": majority variant, benchmark: its own majority where it differs}`` over observations."""
+    from collections import Counter
+
     overall = Counter(v for row in rows for v in row["variants"])
     default = overall.most_common(1)[0][0] if overall else next(iter(variants))
-    counts: dict[str, Counter] = {}
-    for row in rows:
-        counts.setdefault(row["benchmark"], Counter()).update(row["variants"])
-    by_benchmark = {"*": default}
-    for benchmark, counter in sorted(counts.items()):
-        best = [v for v, n in counter.most_common() if n == counter.most_common(1)[0][1]] if counter else []
-        if best and default not in best:
-            by_benchmark[benchmark] = best[0]
-    return by_benchmark, rows
+    choice = {"*": default}
+    for benchmark in sorted({row["benchmark"] for row in rows}):
+        counter = Counter(v for row in rows if row["benchmark"] == benchmark for v in row["variants"])
+        if counter and counter[default] < counter.most_common(1)[0][1]:
+            choice[benchmark] = counter.most_common(1)[0][0]
+    return choice
+
+
+def rederive_from_traces(trace_records: list[dict[str, Any]], note: str) -> dict[str, Any]:
+    """Re-derive the Qwen rendering's variant choice from the teacher's traces of dev requests.
+
+    The teacher of the cpu profile *is* the Qwen target (same weights, prompt style, arithmetic),
+    so its greedy dev answers are exactly the observations the rendering needs, on requests that
+    are not evaluation requests."""
+    import json
+
+    from ooospec.models.formats.qwen_fenced_json import RENDERING_FILE, QwenFencedJson, frozen_rendering
+    from ooospec.paths import configs_dir
+
+    variants = {name: QwenFencedJson(name) for name in frozen_rendering()["variants"]}
+    rows = [{"request_id": r["id"], "benchmark": r["benchmark"], "source": r["source"], "raw_text": r["raw_text"],
+             "stopped_on_eos": r["stopped_on_eos"], "variants": matching_variants(r["raw_text"], variants),
+             "calls": [c.to_dict() for c in variants["fenced"].parse(r["raw_text"])]} for r in trace_records]
+    path = configs_dir() / "renderings" / RENDERING_FILE
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.pop("exact_matches_of_call_only_answers", None)
+    data.update({
+        "observed_at": time.strftime("%Y-%m-%d"),
+        "variant_by_benchmark": variant_choice(rows, variants),
+        "evidence_source": note,
+        "observed": {"answers": len(rows),
+                     "in a frozen variant": sum(bool(r["variants"]) for r in rows),
+                     **{f"variant {v}": sum(v in r["variants"] for r in rows) for v in variants},
+                     "calls parsed but no variant reproduces them": sum(bool(r["calls"]) and not r["variants"] for r in rows),
+                     "no call": sum(not r["calls"] for r in rows)},
+        "observations": rows,
+    })
+    frozen_rendering.cache_clear()
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return data
 
 
 def rederive_qwen_rendering(per_benchmark: int = 12, profile: str = "cpu", seed: int = 0,
