@@ -1,0 +1,36 @@
+"""Paired bootstrap intervals: the point, the pairing, and verdicts only when 1 is excluded."""
+
+import pytest
+
+from ooospec.intervals import paired_speedup
+
+
+def test_ratio_of_totals_and_mean_of_ratios_differ_as_they_should():
+    base, new = [10.0, 1.0], [5.0, 1.0]  # a long request doubled, a short one unchanged
+    assert paired_speedup(base, new).point == pytest.approx(11 / 6)
+    assert paired_speedup(base, new, statistic="mean of ratios").point == pytest.approx(1.5)
+
+
+def test_a_consistent_speedup_is_called_faster_and_noise_is_not():
+    base = [1.0 + 0.1 * i for i in range(30)]
+    faster = paired_speedup(base, [b / 1.3 for b in base])
+    assert faster.low > 1.0 and faster.verdict == "faster" and faster.n == 30
+    noisy = paired_speedup(base, [b * (0.8 if i % 2 else 1.25) for i, b in enumerate(base)])
+    assert noisy.low < 1.0 < noisy.high and noisy.verdict == "no difference shown"
+    assert paired_speedup(base, [b * 1.3 for b in base]).verdict == "slower"
+
+
+def test_pairing_keeps_the_per_request_correlation():
+    # request lengths vary 100x, yet every request is exactly 2x faster: the paired interval is tight
+    base = [0.1 * 1.2**i for i in range(25)]
+    result = paired_speedup(base, [b / 2 for b in base])
+    assert result.low == pytest.approx(2.0) and result.high == pytest.approx(2.0)
+
+
+def test_bad_input_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="equal-length"):
+        paired_speedup([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="positive"):
+        paired_speedup([1.0, 0.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="unknown statistic"):
+        paired_speedup([1.0], [1.0], statistic="median")
