@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ooospec.data import load_split
-from ooospec.decoding.evaluate import MethodRun, compare_methods, select_slice
+from ooospec.bench.compare import MethodRun, compare_methods, select_slice
 from ooospec.decoding.tree import TreeBudget
 
 pytestmark = pytest.mark.slow

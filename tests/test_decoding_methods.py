@@ -13,7 +13,7 @@ from ooospec.decoding.loop import decode
 from ooospec.decoding.methods import METHODS, build_sources, default_budget
 from ooospec.decoding.tree import TreeBudget
 from ooospec.models.formats import get_surface
-from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+from ooospec.models.tiny import tiny_model_and_tokenizer
 
 torch.set_num_threads(1)
 GOOD = [{"name": "get_weather", "description": "Weather.", "parameters": {

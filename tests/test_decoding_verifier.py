@@ -13,7 +13,7 @@ from transformers import DynamicCache
 from ooospec.data.request import Request
 from ooospec.decoding.base import DecodeContext, Draft, DraftSource, EventTrace
 from ooospec.decoding.loop import decode
-from ooospec.decoding.tiny_models import tiny_causal_lm
+from ooospec.models.tiny import tiny_causal_lm
 from ooospec.decoding.tree import TreeBudget, build_tree
 from ooospec.decoding.verifier import TreeVerifier
 

@@ -17,7 +17,7 @@ from ooospec.data.request import Call, Request
 from ooospec.decoding.base import DecodeContext, EventTrace
 from ooospec.decoding.hint import HintBank, align_hint, validate_payload
 from ooospec.decoding.loop import decode
-from ooospec.decoding.tiny_models import tiny_causal_lm
+from ooospec.models.tiny import tiny_causal_lm
 from ooospec.decoding.tree import TreeBudget
 from ooospec.models.surface import SurfaceFormat
 from ooospec.sidecar.service import PredictorSpec, SidecarService

@@ -6,10 +6,10 @@ import torch
 from ooospec.data.request import Call, Request
 from ooospec.sidecar.metrics import score_wave, summarize
 from ooospec.sidecar.predictor import SlotPredictor, encode
-from ooospec.sidecar.tiny import tiny_model_and_tokenizer
-from ooospec.sidecar.training import SidecarConfig, rows_to_examples, train_sidecar
-from ooospec.slots import calls_from_gold, build_rows, expand_call
-from ooospec.train import LoraTrainConfig, train_lora
+from ooospec.models.tiny import tiny_model_and_tokenizer
+from ooospec.training.sidecar import SidecarConfig, rows_to_examples, train_sidecar
+from ooospec.sidecar.slots import calls_from_gold, build_rows, expand_call
+from ooospec.training.lora import LoraTrainConfig, train_lora
 
 torch.set_num_threads(1)
 

@@ -9,7 +9,7 @@ import pytest
 
 from ooospec.data import load_split
 from ooospec.models.formats import get_surface
-from ooospec.teacher import (
+from ooospec.training.teacher import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_NEW_TOKENS,
     TRACES_FILE,

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from ooospec.data.request import Call, Request
 from ooospec.sidecar.join import parse_value
 from ooospec.sidecar.predictor import WaveResult
-from ooospec.slots import ARGUMENT, FUNCTION_INDEX, NULL, RowKey, compact_json, expand_call, reference_call
+from ooospec.sidecar.slots import ARGUMENT, FUNCTION_INDEX, NULL, RowKey, compact_json, expand_call, reference_call
 
 
 def canonical_answer(text: str) -> str | None:

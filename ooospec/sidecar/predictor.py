@@ -24,9 +24,9 @@ import torch
 
 from ooospec.data.request import Call, Request
 from ooospec.sidecar.join import DroppedSlot, join_rows
-from ooospec.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix,
+from ooospec.sidecar.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix,
                            target_text, tool_required)
-from ooospec.train import expand_cache
+from ooospec.models.cache import expand_cache
 
 MODES = ("wave", "wave_no_prefix_share", "sequential", "two_waves")
 
@@ -279,11 +279,11 @@ class SlotPredictor:
         ``max_new_tokens`` defaults to the value the adapter was evaluated with.
         """
         from ooospec.sidecar.base import load_sidecar_base
-        from ooospec.train import load_frozen_adapter, read_frozen
+        from ooospec.models.adapters import load_frozen_adapter, read_frozen
 
         record = read_frozen(adapter_dir)
         if record["config"].get("base") == "tiny":
-            from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+            from ooospec.models.tiny import tiny_model_and_tokenizer
 
             model, tokenizer = tiny_model_and_tokenizer(seed=record["config"]["lora"].get("seed", 0))
         else:

@@ -90,8 +90,8 @@ class SlotWavePredictor:
 
         if base_only:  # ablation: the same base, layer cut and prompts, without the adapter
             from ooospec.sidecar.base import load_sidecar_base
-            from ooospec.slots import SlotPromptConfig
-            from ooospec.train import read_frozen
+            from ooospec.sidecar.slots import SlotPromptConfig
+            from ooospec.models.adapters import read_frozen
 
             record = read_frozen(Path(adapter_dir))
             model, tokenizer = load_sidecar_base(profile, record["num_layers"])

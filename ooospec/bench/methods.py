@@ -178,7 +178,7 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key == "hint_tokens":
         need(("ooospec",))
         return "hint_tokens", _number(text, option, value, int, minimum=1)
-    raise ValueError(f"method {text!r}: unknown option {option!r}; see ooospec.bench_methods for the grammar")
+    raise ValueError(f"method {text!r}: unknown option {option!r}; see ooospec.bench.methods for the grammar")
 
 
 def _number(text: str, option: str, value: str, kind: type, minimum: float) -> Any:

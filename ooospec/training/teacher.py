@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.commit:
         config = json.loads(stage.path("config.json").read_text())
         where = commit_traces(records, args.commit, config, {
-            "made_by": f"python -m ooospec.teacher {' '.join(argv or __import__('sys').argv[1:])}",
+            "made_by": f"python -m ooospec.training.teacher {' '.join(argv or __import__('sys').argv[1:])}",
             "stage_dir": str(stage.dir.relative_to(artifacts_dir())),
             "complete": stage.done,
         })

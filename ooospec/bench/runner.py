@@ -40,8 +40,8 @@ from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
-from ooospec.bench_methods import MethodSpec, method_budget, method_sources, parse_methods
-from ooospec.bench_oracle import CallDirectory, first_call
+from ooospec.bench.methods import MethodSpec, method_budget, method_sources, parse_methods
+from ooospec.bench.oracle_calls import CallDirectory, first_call
 from ooospec.data.request import Call, Request
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
@@ -148,7 +148,7 @@ class ProfileTargets:
         pin = {"pypi_gguf": source.sha256, "hub": f"{source.repo}@{source.revision}", "local": source.path}
         parts = [str(pin.get(source.kind))]
         if role.adapter == "tool_lora":
-            from ooospec.train import ADAPTER_HASH_FILE, tool_adapter_path
+            from ooospec.models.adapters import ADAPTER_HASH_FILE, tool_adapter_path
 
             parts.append((Path(tool_adapter_path(self.profile.name)) / ADAPTER_HASH_FILE).read_text().strip())
         return config_key({"target": name, "weights": parts}, 8)
@@ -163,7 +163,7 @@ def find_sidecar_adapter(profile: str) -> Path | None:
     """The frozen sidecar adapter of ``profile``: the full preset's (the committed one), else the
     budget preset's. Other sidecar stages (layer sweeps, experiments) are never picked up silently;
     pass ``BenchConfig.sidecar_adapter`` to bench one of them."""
-    from ooospec.sidecar.training import find_finished, sidecar_config
+    from ooospec.training.sidecar import find_finished, sidecar_config
 
     for preset in ("full", "budget"):
         found = find_finished(sidecar_config(preset, profile))
@@ -193,7 +193,7 @@ class BenchPlan:
 def _adapter_sha(adapter: Path | None) -> str | None:
     if adapter is None:
         return None
-    from ooospec.train import ADAPTER_HASH_FILE
+    from ooospec.models.adapters import ADAPTER_HASH_FILE
 
     return (adapter / ADAPTER_HASH_FILE).read_text().strip()
 
@@ -203,7 +203,7 @@ def plan_bench(cfg: BenchConfig) -> BenchPlan:
     notes: list[str] = []
     adapter = Path(cfg.sidecar_adapter) if cfg.sidecar_adapter else find_sidecar_adapter(cfg.profile)
     if adapter is not None:
-        from ooospec.train import read_frozen
+        from ooospec.models.adapters import read_frozen
 
         read_frozen(adapter)  # refuses an adapter whose files changed since freezing
     sidecar = cfg.sidecar

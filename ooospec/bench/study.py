@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from ooospec.data import load_split
-from ooospec.decoding.cost import verify_cost_curve
-from ooospec.decoding.evaluate import MethodRun, compare_methods, select_slice
+from ooospec.bench.verify_cost import verify_cost_curve
+from ooospec.bench.compare import MethodRun, compare_methods, select_slice
 from ooospec.decoding.methods import default_budget
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier

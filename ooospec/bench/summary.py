@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ooospec.bench import HELD_OUT_BENCHMARKS
+from ooospec.bench.runner import HELD_OUT_BENCHMARKS
 
 DRAFT_SOURCES = ("fsm", "retrieval", "pld", "hint")
 KEYS = ["target", "benchmark", "request_id"]

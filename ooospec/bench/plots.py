@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from ooospec.bench import HELD_OUT_BENCHMARKS
+from ooospec.bench.runner import HELD_OUT_BENCHMARKS
 
 SOURCE_COLORS = {"fsm": "#4c72b0", "retrieval": "#dd8452", "pld": "#8172b3", "hint": "#2ca02c", "bonus": "#bdbdbd"}
 SOURCE_LABELS = {"fsm": "schema FSM", "retrieval": "call retrieval", "pld": "prompt lookup", "hint": "sidecar hint",
@@ -233,7 +233,7 @@ def timelines_figure(picks: dict[str, list[dict[str, Any]]], title: str = "Per-r
 def arrival_figure(arrivals: pd.DataFrame, title: str = "Where the hint joined decoding") -> Figure:
     """Left: the boundary index that first saw the hint (histogram stacked over target x benchmark,
     so a bar's height counts every request); right: every request's outcome, per target and benchmark."""
-    from ooospec.bench_summary import ARRIVAL_BUCKETS
+    from ooospec.bench.summary import ARRIVAL_BUCKETS
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.1]})
     def label(df: pd.DataFrame) -> pd.Series:
