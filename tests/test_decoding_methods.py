@@ -13,7 +13,7 @@ from ooospec.decoding.loop import decode
 from ooospec.decoding.methods import METHODS, build_sources, default_budget
 from ooospec.decoding.tree import TreeBudget
 from ooospec.models.formats import get_surface
-from ooospec.models.tiny import tiny_model_and_tokenizer
+from ooospec.models.tiny import tiny_model_and_tokenizer, tiny_target
 
 torch.set_num_threads(1)
 GOOD = [{"name": "get_weather", "description": "Weather.", "parameters": {
@@ -41,9 +41,9 @@ def test_methods_reproduce_ar_across_a_run(tiny, method):
     prompts = ["weather in Paris?", "weather in Oslo?", "and in Paris again?", "Paris or Oslo?"]
     for i, prompt in enumerate(prompts):
         tools = BAD if i == 2 else GOOD
-        ar = decode(model, tokenizer, [], ctx_for(tokenizer, tools, f"r{i}", prompt), 40)
+        ar = decode(tiny_target(model, tokenizer), [], ctx_for(tokenizer, tools, f"r{i}", prompt), 40)
         ctx = ctx_for(tokenizer, tools, f"r{i}", prompt)
-        result = decode(model, tokenizer, sources, ctx, 40, TreeBudget(12, 12))
+        result = decode(tiny_target(model, tokenizer), sources, ctx, 40, TreeBudget(12, 12))
         assert result.output_ids == ar.output_ids
         fallbacks = ctx.trace.of_kind("fsm_fallback")
         if method == "toolspec":

@@ -14,7 +14,6 @@ prefill work; ``share_prefill=False`` runs it per method.
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -91,16 +90,13 @@ def compare_methods(
     for request in tqdm(requests, desc=f"{target.name}", disable=not progress):
         prefill = None
         if share_prefill:
-            prompt_ids = list(target.prompt_ids(request))
-            start = time.perf_counter()
-            state, margin = verifier.prefill(prompt_ids)
-            prefill = Prefill(state, time.perf_counter() - start, margin)
-        ar = decode(target, None, [], request, max_new_tokens, budget, prefill=prefill, verifier=verifier)
+            prefill = Prefill.measure(verifier, target.prompt_ids(request))
+        ar = decode(target, [], request, max_new_tokens, budget, prefill=prefill, verifier=verifier)
         records.append(_record(ar, request, "ar", target.name, None))
         for run in runs:
             if run.method == "ar":
                 continue
-            result = decode(target, None, sources[run.label], request, max_new_tokens, run.budget or budget,
+            result = decode(target, sources[run.label], request, max_new_tokens, run.budget or budget,
                             prefill=prefill, verifier=verifier)
             records.append(_record(result, request, run.label, target.name, ar))
     return records

@@ -32,7 +32,6 @@ import gc
 import json
 import os
 import random
-import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -278,8 +277,8 @@ class SidecarPool:
         return self.services[key]
 
     def _start(self, key: SidecarKey) -> Any:
-        from ooospec.decoding.out_of_order import oracle_sidecar, slot_sidecar
         from ooospec.sidecar.service import SidecarService
+        from ooospec.sidecar.specs import oracle_sidecar, slot_sidecar
 
         if key.kind in ("slot", "base_only"):
             spec = slot_sidecar(self.plan.adapter, self.cfg.profile, base_only=key.kind == "base_only",
@@ -381,17 +380,14 @@ class SliceRunner:
         return self.pool.key(spec).kind if spec.uses_sidecar else None
 
     def shared_prefill(self, request: Request) -> Prefill:
-        prompt = self.target.prompt_ids(request)
-        start = time.perf_counter()
-        state, margin = self.verifier.prefill(prompt)
-        return Prefill(state, time.perf_counter() - start, margin)
+        return Prefill.measure(self.verifier, self.target.prompt_ids(request))
 
     def decode_one(self, spec: MethodSpec, sources: list, request: Request, max_new_tokens: int,
                    prefill: Prefill | None) -> DecodeResult:
         service = self.pool.service(spec)
         if service is not None:
             service.wait_idle()
-        result = decode(self.target, self.target.tokenizer, sources, request, max_new_tokens,
+        result = decode(self.target, sources, request, max_new_tokens,
                         method_budget(spec, self.target.name), prefill=prefill, verifier=self.verifier)
         if service is not None:
             service.wait_idle()  # outside timing: the next decode finds the sidecar free

@@ -10,6 +10,8 @@ decoding with AR never trips on a numerical near-tie.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
@@ -93,3 +95,11 @@ def tiny_causal_lm(arch: str, seed: int = 0, vocab_size: int = 64, layers: int =
     )
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config).eval()
+
+
+def tiny_target(model: torch.nn.Module, tokenizer: Any = None, eos_token_ids: list[int] = (),
+                surface: Any = None) -> Any:
+    """A tiny model as the `TargetModel` the decode loop takes (tests pass their own context)."""
+    from ooospec.models.target import TargetModel
+
+    return TargetModel("tiny", model, tokenizer, surface, list(eos_token_ids))
