@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from ooospec.bench.methods import MethodSpec
 from ooospec.bench.runner import HELD_OUT_BENCHMARKS
 
 SOURCE_COLORS = {"fsm": "#4c72b0", "retrieval": "#dd8452", "pld": "#8172b3", "hint": "#2ca02c", "bonus": "#bdbdbd"}
@@ -273,7 +274,7 @@ def ablation_bars(table: pd.DataFrame, metric: str = "decode_speedup", title: st
     what = "decode phase" if "decode" in metric else "end to end"
     rows = table.dropna(subset=[metric])
     fig, ax = plt.subplots(figsize=(8, 0.38 * len(rows) + 1.5))
-    colors = [_method_color(m.split(":")[0], i) for i, m in enumerate(rows.method)]
+    colors = [_method_color(MethodSpec.parse(m).base, i) for i, m in enumerate(rows.method)]
     bars = ax.barh([f"{m}  ({v})" for m, v in zip(rows.method, rows.variant)], rows[metric], color=colors)
     ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
     ax.axvline(1.0, color="black", lw=0.8, ls="--")
@@ -281,7 +282,7 @@ def ablation_bars(table: pd.DataFrame, metric: str = "decode_speedup", title: st
     reference = "AR" if metric.endswith("speedup") else metric.rsplit("_vs_", 1)[-1]
     ax.set_xlabel(f"speedup over {reference}, {what} (x)")
     ax.set_title(title or f"Ablations: speedup over {reference} ({what})")
-    bases = dict.fromkeys(m.split(":")[0] for m in rows.method)
+    bases = dict.fromkeys(MethodSpec.parse(m).base for m in rows.method)
     ax.legend(handles=[Patch(color=_method_color(b, i), label=b) for i, b in enumerate(bases)], fontsize=8,
               loc="upper left", bbox_to_anchor=(1.01, 1.0), title="method base")
     fig.tight_layout()

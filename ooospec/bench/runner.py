@@ -45,6 +45,7 @@ from ooospec.data.request import Call, Request
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.verifier import TreeVerifier
+from ooospec.sequences import first_difference
 from ooospec.stage import Stage, config_key, read_jsonl
 
 STAGE_NAME = "results"
@@ -301,14 +302,6 @@ class SidecarPool:
 
 
 # ---------------------------------------------------------------- one decode -> one record
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """Index of the first position where two token sequences differ (a length mismatch counts)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def hint_fields(bank: HintBank | None, trace: list[dict[str, Any]]) -> dict[str, Any] | None:

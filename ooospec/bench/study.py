@@ -15,16 +15,16 @@ from typing import Any
 
 import torch
 
+from ooospec.bench.methods import MethodSpec, default_budget
 from ooospec.data import load_split
 from ooospec.bench.verify_cost import verify_cost_curve
 from ooospec.bench.compare import MethodRun, compare_methods, select_slice
-from ooospec.decoding.methods import default_budget
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
 from ooospec.stage import Stage, read_jsonl
 
 STUDY_VERSION = 2  # bump when a record's meaning or the drafting changes
-DEFAULT_RUNS = (MethodRun("pld", "pld"), MethodRun("toolspec", "toolspec"))
+DEFAULT_RUNS = (MethodRun("pld", MethodSpec("pld")), MethodRun("toolspec", MethodSpec("toolspec")))
 
 
 @lru_cache(maxsize=4)
@@ -60,7 +60,8 @@ def method_slice(target_name: str, benchmark: str, *, profile: str = "cpu", requ
         "version": STUDY_VERSION, "profile": profile, "target": target_name, "benchmark": _split_name(benchmark),
         "requests": requests, "seed": seed, "max_new_tokens": max_new_tokens, "threads": threads,
         "budget": _budget_dict(budget),
-        "runs": [{"label": r.label, "method": r.method, "options": r.options,
+        # "options" stays in the key (always empty) so that finished slices keep their directory
+        "runs": [{"label": r.label, "method": r.spec.name, "options": {},
                   "budget": _budget_dict(r.budget) if r.budget else None} for r in runs],
     }
     stage = Stage("toolspec_study", config)
@@ -108,4 +109,4 @@ def cost_curve(target_name: str, *, profile: str = "cpu", benchmark: str = "apib
 
 def budget_runs(budgets: list[int]) -> tuple[MethodRun, ...]:
     """ToolSpec at several node budgets (depth limit = node budget)."""
-    return tuple(MethodRun(f"toolspec@{b}", "toolspec", budget=TreeBudget(b, b)) for b in budgets)
+    return tuple(MethodRun(f"toolspec@{b}", MethodSpec("toolspec"), budget=TreeBudget(b, b)) for b in budgets)
