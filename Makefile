@@ -58,7 +58,7 @@ models: setup
 $(CHAPTERS)/%.ipynb: notebooks/%.ipynb $(STAMP)
 	set -e
 	mkdir -p $(CHAPTERS)
-	$(BIN)/papermill -k python3 --cwd notebooks $< $@.tmp -p profile $(PROFILE)
+	OOOSPEC_NO_PROGRESS=1 $(BIN)/papermill -k python3 --cwd notebooks $< $@.tmp -p profile $(PROFILE)
 	mv $@.tmp $@
 
 notebooks: $(EXECUTED)

@@ -12,6 +12,6 @@ __version__ = "0.1.0"
 
 import warnings
 
-# Notebooks run under papermill without ipywidgets: tqdm falls back to text bars, which is what we
-# want in the book; its warning about the missing widget library would only clutter every chapter.
+# Our own progress bars are off in notebooks (`ooospec.progress`); a library's tqdm.auto bar would
+# still warn about the missing widget library in every chapter that runs it.
 warnings.filterwarnings("ignore", message="IProgress not found")

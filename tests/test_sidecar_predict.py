@@ -104,7 +104,7 @@ def test_prefix_tokens_are_the_training_prefix():
 
 
 def test_teacher_calls_where_traced_gold_elsewhere(monkeypatch):
-    from ooospec.sidecar import training
+    from ooospec.training import sidecar as training
 
     reqs = [request("a", "Paris"), request("b", "Oslo"), request("c", "Rome")]
     traces = [{"id": "a", "call": {"name": "get_time", "arguments": {"zone": "CET"}}, "reason": None},

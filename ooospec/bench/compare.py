@@ -17,14 +17,13 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from tqdm.auto import tqdm
-
 from ooospec.bench.methods import MethodSpec, method_sources
 from ooospec.data.request import Request
 from ooospec.decoding.base import DraftSource
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
+from ooospec.progress import progress_bar
 from ooospec.sequences import first_difference
 
 NEAR_TIE_GAP = 1e-3  # logit gap under which fp32 summation order can flip a greedy choice
@@ -81,7 +80,7 @@ def compare_methods(
     sources: dict[str, list[DraftSource]] = {run.label: method_sources(run.spec) for run in runs}
     records: list[dict[str, Any]] = []
     requests = list(requests)
-    for request in tqdm(requests, desc=f"{target.name}", disable=not progress):
+    for request in progress_bar(requests, desc=f"{target.name}", disable=not progress):
         prefill = None
         if share_prefill:
             prefill = Prefill.measure(verifier, target.prompt_ids(request))

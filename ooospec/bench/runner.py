@@ -45,6 +45,7 @@ from ooospec.data.request import Call, Request
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.verifier import TreeVerifier
+from ooospec.progress import progress_bar
 from ooospec.sequences import first_difference
 from ooospec.stage import Stage, config_key, read_jsonl
 
@@ -389,19 +390,15 @@ class SliceRunner:
     def warm_up(self, requests: list[Request]) -> None:
         """Untimed decodes through every method with throwaway sources (first-call overheads,
         sidecar start-up and its first wave)."""
-        from tqdm import tqdm
-
-        for request in tqdm(requests, desc=f"warm-up {self.target.name}", unit="req", leave=False):
+        for request in progress_bar(requests, desc=f"warm-up {self.target.name}", unit="req", leave=False):
             for spec in self.plan.methods:
                 sources = method_sources(spec, self.pool.service(spec))
                 self.decode_one(spec, sources, request, min(self.cfg.max_new_tokens, 16), None)
 
     def run(self, benchmark: str, requests: list[Request]) -> list[dict[str, Any]]:
-        from tqdm import tqdm
-
         sources = {spec: method_sources(spec, self.pool.service(spec)) for spec in self.plan.methods}
         records: list[dict[str, Any]] = []
-        bar = tqdm(requests, desc=f"{self.target.name} / {benchmark}", unit="req")
+        bar = progress_bar(requests, desc=f"{self.target.name} / {benchmark}", unit="req")
         for position, request in enumerate(bar):
             ar: DecodeResult | None = None
             shared: Prefill | None = None
@@ -540,20 +537,3 @@ def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: Targe
         pool.close()
         del target
         gc.collect()
-
-
-def load_records(cfg: BenchConfig, targets: TargetProvider | None = None) -> list[dict[str, Any]]:
-    """Finished records of ``cfg`` without running anything (missing slices are simply absent)."""
-    stage = bench_stage(cfg)
-    provider = targets or ProfileTargets(cfg.profile)
-    records = []
-    for name in cfg.targets:
-        try:
-            fingerprint = provider.fingerprint(name)
-        except FileNotFoundError:
-            continue
-        for benchmark in cfg.benchmarks:
-            path = slice_path(stage, name, fingerprint, benchmark)
-            if path.exists():
-                records.extend(read_jsonl(path))
-    return records

@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ooospec.data.request import Request
 from ooospec.models.target import TargetModel
+from ooospec.progress import progress_bar
 from ooospec.sequences import first_difference
 
 
@@ -55,7 +55,7 @@ def greedy_text(target: TargetModel, request: Request, max_new_tokens: int) -> t
 def observe(target: TargetModel, requests: list[Request], max_new_tokens: int = 200) -> list[RenderingObservation]:
     """Greedy answers of ``target`` on ``requests``, each checked against parse -> render."""
     observations = []
-    for request in tqdm(requests, desc=f"rendering evidence {target.name}"):
+    for request in progress_bar(requests, desc=f"rendering evidence {target.name}"):
         raw, stopped = greedy_text(target, request, max_new_tokens)
         surface = target.surface_for(request)
         calls = surface.parse(raw)

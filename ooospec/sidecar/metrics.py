@@ -112,10 +112,5 @@ def summarize(scores: Iterable[RequestScore]) -> dict[str, Any]:
     }
 
 
-def metrics_table(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The summary as (metric, value) records for a notebook table."""
-    return [{"metric": k, "value": v} for k, v in summary.items()]
-
-
 def score_to_dict(score: RequestScore) -> dict[str, Any]:
     return json.loads(json.dumps(score.__dict__))

@@ -17,17 +17,18 @@ sha256; `load_frozen_adapter` refuses an adapter whose files no longer match.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
-from tqdm import tqdm
+
+from ooospec.models.cache import expand_cache
+from ooospec.progress import progress_bar
 
 IGNORE_INDEX = -100
 
@@ -339,7 +340,7 @@ def train_lora(model: torch.nn.Module, examples: list[TrainExample], cfg: LoraTr
     model.train()
     t0 = time.perf_counter() - elapsed
     tokens = sum(u.n_tokens for s in steps[:start] for u in s)
-    bar = tqdm(total=len(steps), initial=start, desc=desc, unit="step")
+    bar = progress_bar(total=len(steps), initial=start, desc=desc, unit="step")
     end = len(steps) if stop_after is None else min(len(steps), stop_after)
     for index in range(start, end):
         units = steps[index]

@@ -32,6 +32,7 @@ from ooospec.sidecar.slots import (CallSelection, SlotPromptConfig, SlotRow, bui
 from ooospec.stage import Stage, append_jsonl, config_key
 from ooospec.models.adapters import freeze_adapter, read_frozen, update_frozen_record
 from ooospec.training.lora import (AdapterRun, Branch, LoraTrainConfig, TrainExample, attach_lora, mean_completion_nll, save_loss_curve, train_lora)
+from ooospec.progress import progress_bar
 
 STAGE_NAME = "sidecar"
 SAMPLE_REQUESTS = 3  # rows of this many requests per split are kept with a committed adapter
@@ -204,12 +205,10 @@ def find_finished(cfg: SidecarConfig) -> AdapterRun | None:
 def evaluate_dev(predictor: SlotPredictor, requests: dict[str, Request], selection: CallSelection,
                  out_path: Path | None = None) -> dict[str, Any]:
     """Wave predictions on the fixed dev subset, scored against the kept calls."""
-    from tqdm import tqdm
-
     scores = []
     if out_path is not None and out_path.exists():
         out_path.unlink()
-    for kept in tqdm(selection.kept, desc="sidecar dev", unit="req"):
+    for kept in progress_bar(selection.kept, desc="sidecar dev", unit="req"):
         request = requests[kept.request_id]
         result = predictor.predict_wave(request)
         score = score_wave(request, kept.call, result)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
-from tqdm.auto import tqdm
 
 from ooospec.data.request import Call, Request
 from ooospec.models.formats import get_surface
@@ -30,6 +29,7 @@ from ooospec.models.surface import SurfaceFormat
 from ooospec.models.target import TargetModel, load_role
 from ooospec.paths import artifacts_dir
 from ooospec.stage import Stage, append_jsonl, canonical_json, done_ids, read_jsonl
+from ooospec.progress import progress_bar
 
 TRACES_FILE = "traces.jsonl"
 DEFAULT_LIMIT = 48  # requests per split in the 30-minute cpu budget; committed traces cover more
@@ -319,7 +319,7 @@ def run_teacher(
     prompts = {r.id: teacher.prompt_ids(r) for r in todo}
     todo = length_windows(todo, lambda r: len(prompts[r.id]), window=8 * batch_size)
     generated, tokens, seconds = 0, 0, 0.0
-    bar = tqdm(total=len(todo), desc=f"teacher {split}", unit="req")
+    bar = progress_bar(total=len(todo), desc=f"teacher {split}", unit="req")
     for start in range(0, len(todo), batch_size):
         batch = todo[start:start + batch_size]
         began = time.perf_counter()
@@ -400,22 +400,6 @@ def load_traces(split: str = "train", profile: str = "cpu", limit: int | None = 
     from ooospec.data import load_split
 
     return run_teacher(load_split(split), split=split, profile=profile, limit=limit, **kwargs).records
-
-
-def committed_traces(split: str = "train", profile: str = "cpu", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                     batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
-    """Every committed teacher record for the split's current requests, in subset order; generates nothing.
-
-    The largest trace set available without running the teacher: what the sidecar stage trains on
-    by default (`load_traces` with a ``limit`` traces whatever is missing instead).
-    """
-    from ooospec.data import load_split
-
-    settings = profile_teacher_settings(profile, max_new_tokens, batch_size)
-    committed = committed_records(settings)
-    surface = get_surface(settings["surface"])
-    return [judged(committed[(r.id, r.prompt_hash)], r, surface.for_request(r)) for r in subset(load_split(split), None)
-            if (r.id, r.prompt_hash) in committed]
 
 
 def commit_traces(records: list[dict[str, Any]], name: str, config: dict[str, Any],

@@ -29,6 +29,7 @@ from ooospec.paths import artifacts_dir
 from ooospec.stage import Stage, append_jsonl, canonical_json, config_key
 from ooospec.models.adapters import (TOOL_TARGET, freeze_adapter, read_frozen, tool_adapter_committed_dir, tool_adapter_pointer, update_frozen_record)
 from ooospec.training.lora import (AdapterRun, LoraTrainConfig, TrainExample, attach_lora, mean_completion_nll, save_loss_curve, train_lora)
+from ooospec.progress import progress_bar
 
 STAGE_NAME = "tool_lora"
 
@@ -136,13 +137,11 @@ def greedy_text(model: torch.nn.Module, tokenizer: Any, prompt: list[int], eos_i
 def evaluate_tool_target(parts: ToolTargetParts, requests: list[Request], max_new_tokens: int,
                          out_path: Path | None = None) -> dict[str, Any]:
     """Greedy outputs on ``requests``: how often they parse into a call, name a real tool, match gold."""
-    from tqdm import tqdm
-
     if out_path is not None and out_path.exists():
         out_path.unlink()
     parsed = valid = name_ok = exact = 0
     seconds = 0.0
-    for request in tqdm(requests, desc="tool target dev", unit="req"):
+    for request in progress_bar(requests, desc="tool target dev", unit="req"):
         start = time.perf_counter()
         text, n_new = greedy_text(parts.model, parts.tokenizer, parts.prompt_ids(request), parts.eos_id, max_new_tokens)
         seconds += time.perf_counter() - start
