@@ -160,17 +160,17 @@ def decode(
         source.begin(ctx)
     setup_s = time.perf_counter() - start
 
-    kv = _prefill(verifier, ctx, prefill)
+    own = _prefill(verifier, ctx, prefill)
     decode_start = time.perf_counter()
     state = DecodeState(ctx)
-    state.commit([kv.state.root])
+    state.commit([own.state.root])
     for source in sources:
-        source.observe(state, [kv.state.root])
-    tally = _Tally(Counter({"bonus": 1}), [] if kv.margin is None else [kv.margin])
-    finish = "eos" if kv.state.root in verifier.eos else ("length" if max_new_tokens == 1 else "")
+        source.observe(state, [own.state.root])
+    tally = _Tally(Counter({"bonus": 1}), [] if own.margin is None else [own.margin])
+    finish = "eos" if own.state.root in verifier.eos else ("length" if max_new_tokens == 1 else "")
     rounds: list[RoundRecord] = []
     while not finish:
-        record, finish = _round(verifier, kv.state, state, sources, budget, max_new_tokens, tally)
+        record, finish = _round(verifier, own.state, state, sources, budget, max_new_tokens, tally)
         rounds.append(record)
         ctx.trace.emit("round", **record.event_fields())
     decode_s = time.perf_counter() - decode_start
@@ -179,7 +179,7 @@ def decode(
     result = DecodeResult(
         request_id=ctx.request.id, output_ids=list(state.output_ids),
         text=ctx.tokenizer.decode(state.output_ids, skip_special_tokens=True), finish=finish,
-        setup_s=setup_s, prefill_s=kv.seconds, decode_s=decode_s, total_s=setup_s + kv.seconds + decode_s,
+        setup_s=setup_s, prefill_s=own.seconds, decode_s=decode_s, total_s=setup_s + own.seconds + decode_s,
         rounds=rounds, source_counts={name: tally.credits.get(name, 0) for name in CREDITS},
         trace=ctx.trace, prompt_tokens=len(ctx.prompt_ids), margins=tally.margins,
     )
