@@ -12,6 +12,9 @@ __version__ = "0.1.0"
 
 import warnings
 
-# Our own progress bars are off in notebooks (`ooospec.progress`); a library's tqdm.auto bar would
-# still warn about the missing widget library in every chapter that runs it.
+from ooospec.progress import quiet_library_bars
+
+# Progress bars are off in notebooks (`ooospec.progress`), the Hugging Face libraries' included; a
+# library's tqdm.auto bar would still warn about the missing widget library in every chapter.
+quiet_library_bars()
 warnings.filterwarnings("ignore", message="IProgress not found")

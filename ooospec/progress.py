@@ -20,6 +20,13 @@ def progress_wanted() -> bool:
     return not os.environ.get(NO_PROGRESS_ENV) and sys.stderr.isatty()
 
 
+def quiet_library_bars() -> None:
+    """Apply the same rule to the Hugging Face libraries' own bars ("Loading weights", downloads):
+    they read ``HF_HUB_DISABLE_PROGRESS_BARS`` when first imported."""
+    if not progress_wanted():
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def progress_bar(iterable: Iterable[Any] | None = None, *, disable: bool = False, **kwargs: Any) -> tqdm:
     """``tqdm(iterable, **kwargs)``, disabled where bars would only clutter the output."""
     return tqdm(iterable, disable=disable or not progress_wanted(), **kwargs)
