@@ -60,7 +60,7 @@ models: setup
 $(CHAPTERS)/%.ipynb: notebooks/%.ipynb $(STAMP)
 	set -e
 	mkdir -p $(CHAPTERS)
-	$(BIN)/papermill -k python3 --cwd notebooks $< $@.tmp -p profile $(PROFILE)
+	OOOSPEC_NO_PROGRESS=1 $(BIN)/papermill -k python3 --cwd notebooks $< $@.tmp -p profile $(PROFILE)
 	mv $@.tmp $@
 
 notebooks: $(EXECUTED)
@@ -81,7 +81,7 @@ SWEEP_NOTEBOOKS := 05_bench 06_ablations
 
 sweep: setup $(CHAPTERS)/00_data.ipynb $(CHAPTERS)/01_teacher.ipynb $(CHAPTERS)/02_sidecar.ipynb
 	set -e
-	$(BIN)/python -m ooospec.sweep --profile $(PROFILE) --params '$(SWEEP_PARAMS)' --notebooks $(SWEEP_NOTEBOOKS)
+	$(BIN)/python -m ooospec.bench.sweep --profile $(PROFILE) --params '$(SWEEP_PARAMS)' --notebooks $(SWEEP_NOTEBOOKS)
 	for nb in $(SWEEP_NOTEBOOKS); do
 		$(BIN)/papermill -k python3 --cwd notebooks notebooks/$$nb.ipynb $(CHAPTERS)/$$nb.ipynb.tmp \
 			-p profile $(PROFILE) -p executor ray -y '$(SWEEP_PARAMS)'

@@ -1,15 +1,20 @@
 """OoO-Spec reference artifact.
 
-Every notebook is a thin caller of this package: data loaders (`ooospec.data`), model profiles
-and surface formats (`ooospec.models`), teacher traces, slot rows and sidecar training
-(`ooospec.teacher`, `ooospec.slots`, `ooospec.train`), the decoding engine
-(`ooospec.decoding`), the benchmark (`ooospec.bench`) and figures (`ooospec.plots`).
+Every notebook is a thin caller of this package. Layers, each importing only those below it:
+`ooospec.bench` (method variants, runner, summaries, figures) -> `ooospec.decoding` (the engine:
+tree, verifier, loop, draft sources) and `ooospec.training` (teacher traces, LoRA training) ->
+`ooospec.sidecar` (slot rows, predictor protocol, predictor, service) -> `ooospec.models`
+(profiles, loading, targets, surface formats, frozen adapters) -> `ooospec.data` (Request
+records). `paths` and `stage` are shared by all of them.
 """
 
 __version__ = "0.1.0"
 
 import warnings
 
-# Notebooks run under papermill without ipywidgets: tqdm falls back to text bars, which is what we
-# want in the book; its warning about the missing widget library would only clutter every chapter.
+from ooospec.progress import quiet_library_bars
+
+# Progress bars are off in notebooks (`ooospec.progress`), the Hugging Face libraries' included; a
+# library's tqdm.auto bar would still warn about the missing widget library in every chapter.
+quiet_library_bars()
 warnings.filterwarnings("ignore", message="IProgress not found")

@@ -13,7 +13,7 @@ from ooospec.data.loading import SourceLoad, check_tool_schemas, flag_schema_war
 from ooospec.data.request import Call, Request
 from ooospec.data.schema import tool_schema_warnings
 from ooospec.models.prompts import prompt_text
-from ooospec.sidecar.tiny import tiny_tokenizer
+from ooospec.models.tiny import tiny_tokenizer
 
 GOOD_TOOL = {"name": "get_weather", "description": "Weather now.",
              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}

@@ -11,11 +11,11 @@ import math
 
 import pytest
 
-from ooospec.bench import (BenchConfig, bench_stage, first_difference, run_bench, sample_requests, slice_path,
+from ooospec.bench.runner import (BenchConfig, bench_stage, first_difference, run_bench, sample_requests, slice_path,
                            warmup_requests)
-from ooospec.bench_methods import FSMOff, MethodSpec, RetrievalOff, method_budget, method_sources, parse_methods
-from ooospec.bench_oracle import CallDirectory
-from ooospec.bench_summary import (ablation_findings, ablation_table, arrival_bucket, crossover, delay_sweep,
+from ooospec.bench.methods import FSMOff, MethodSpec, RetrievalOff, method_budget, method_sources, parse_methods
+from ooospec.bench.oracle_calls import CallDirectory
+from ooospec.bench.summary import (ablation_findings, ablation_table, arrival_bucket, crossover, delay_sweep,
                                    hint_table, main_table, method_table)
 from ooospec.data.request import Request
 from ooospec.decoding.toolspec import ToolSpec
@@ -87,7 +87,7 @@ def test_ablation_sources_switch_parts_off_and_budgets_resize():
 def test_fsm_off_proposes_nothing_where_the_fsm_would():
     from ooospec.decoding.base import DecodeContext, DecodeState
     from ooospec.models.formats.llama_json import LlamaJson
-    from ooospec.sidecar.tiny import tiny_tokenizer
+    from ooospec.models.tiny import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     request = _requests("apibank", 1)[0]
@@ -229,7 +229,7 @@ class TinyTargets:
     def load(self, name: str):
         from ooospec.models.formats.llama_json import LlamaJson
         from ooospec.models.target import TargetModel
-        from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+        from ooospec.models.tiny import tiny_model_and_tokenizer
 
         self.loads += 1
         model, tokenizer = tiny_model_and_tokenizer(seed=1)

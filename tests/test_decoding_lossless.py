@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from ooospec.data import load_split
-from ooospec.decoding.evaluate import MethodRun, compare_methods, select_slice
+from ooospec.bench.compare import MethodRun, compare_methods, select_slice
+from ooospec.bench.methods import MethodSpec
 from ooospec.decoding.tree import TreeBudget
 
 pytestmark = pytest.mark.slow
@@ -22,7 +23,7 @@ TARGETS = [
     ("smollm2-135m-tool", 10),
 ]
 BENCHMARKS = ("eval_apibank", "eval_toolalpaca", "eval_bfcl")
-RUNS = [MethodRun("pld", "pld"), MethodRun("toolspec", "toolspec")]
+RUNS = [MethodRun("pld", MethodSpec("pld")), MethodRun("toolspec", MethodSpec("toolspec"))]
 MAX_NEW_TOKENS = 24
 POOL = 24  # seeded candidates per benchmark; the shortest prompts among them keep the test short
 

@@ -10,10 +10,11 @@ import torch
 from ooospec.data.request import Request
 from ooospec.decoding.base import DecodeContext, EventTrace
 from ooospec.decoding.loop import decode
-from ooospec.decoding.methods import METHODS, build_sources, default_budget
+from ooospec.bench.methods import MethodSpec, default_budget, method_sources
+from ooospec.decoding.toolspec import ToolSpec
 from ooospec.decoding.tree import TreeBudget
 from ooospec.models.formats import get_surface
-from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+from ooospec.models.tiny import tiny_model_and_tokenizer, tiny_target
 
 torch.set_num_threads(1)
 GOOD = [{"name": "get_weather", "description": "Weather.", "parameters": {
@@ -34,16 +35,16 @@ def ctx_for(tokenizer, tools, rid, prompt):
                          EventTrace())
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS if m != "ar"])
+@pytest.mark.parametrize("method", ["pld", "toolspec"])
 def test_methods_reproduce_ar_across_a_run(tiny, method):
     model, tokenizer = tiny
-    sources = build_sources(method)  # one run: the same sources for every request
+    sources = method_sources(MethodSpec.parse(method))  # one run: the same sources for every request
     prompts = ["weather in Paris?", "weather in Oslo?", "and in Paris again?", "Paris or Oslo?"]
     for i, prompt in enumerate(prompts):
         tools = BAD if i == 2 else GOOD
-        ar = decode(model, tokenizer, [], ctx_for(tokenizer, tools, f"r{i}", prompt), 40)
+        ar = decode(tiny_target(model, tokenizer), [], ctx_for(tokenizer, tools, f"r{i}", prompt), 40)
         ctx = ctx_for(tokenizer, tools, f"r{i}", prompt)
-        result = decode(model, tokenizer, sources, ctx, 40, TreeBudget(12, 12))
+        result = decode(tiny_target(model, tokenizer), sources, ctx, 40, TreeBudget(12, 12))
         assert result.output_ids == ar.output_ids
         fallbacks = ctx.trace.of_kind("fsm_fallback")
         if method == "toolspec":
@@ -54,12 +55,12 @@ def test_methods_reproduce_ar_across_a_run(tiny, method):
         assert len(sources[0].retrieval.memory) == len(prompts)
 
 
-def test_build_sources_rejects_unknown_methods_and_options():
-    assert build_sources("ar") == []
-    with pytest.raises(ValueError, match="unknown method"):
-        build_sources("eagle")
-    with pytest.raises(ValueError, match="no options"):
-        build_sources("ar", max_ngram=3)
+def test_method_names_reject_unknown_methods_and_options():
+    assert method_sources(MethodSpec.parse("ar")) == []
+    with pytest.raises(ValueError, match="unknown base"):
+        MethodSpec.parse("eagle")
+    with pytest.raises(ValueError, match="applies only to"):
+        MethodSpec.parse("ar:budget=3")
     with pytest.raises(ValueError, match="pld_mode"):
-        build_sources("toolspec", pld_mode="sometimes")
+        ToolSpec(pld_mode="sometimes")
     assert default_budget("no-such-target") == TreeBudget()

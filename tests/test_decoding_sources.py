@@ -18,7 +18,7 @@ from ooospec.decoding.schema_fsm import SchemaCompileError, SchemaFSM, SchemaFSM
 from ooospec.decoding.text_drafts import tokens_continuing
 from ooospec.decoding.variants import BareJsonCall, json_variants
 from ooospec.models.formats import get_surface, surface_names
-from ooospec.sidecar.tiny import tiny_tokenizer
+from ooospec.models.tiny import tiny_tokenizer
 
 TOOLS = [
     {"name": "get_weather", "description": "Weather now.", "parameters": {"type": "object", "properties": {

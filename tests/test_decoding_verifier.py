@@ -13,7 +13,7 @@ from transformers import DynamicCache
 from ooospec.data.request import Request
 from ooospec.decoding.base import DecodeContext, Draft, DraftSource, EventTrace
 from ooospec.decoding.loop import decode
-from ooospec.decoding.tiny_models import tiny_causal_lm
+from ooospec.models.tiny import tiny_causal_lm, tiny_target
 from ooospec.decoding.tree import TreeBudget, build_tree
 from ooospec.decoding.verifier import TreeVerifier
 
@@ -50,7 +50,7 @@ def test_tree_logits_equal_recomputation_from_scratch(model):
     prefix = state.cache_len
     with torch.no_grad():
         logits = model(
-            input_ids=torch.tensor([[state.tokens[-1]] + tree.tokens]),
+            input_ids=torch.tensor([[state.root] + tree.tokens]),
             attention_mask=tree.attention_mask(prefix),
             position_ids=tree.position_ids(prefix),
             cache=state.cache,
@@ -61,9 +61,9 @@ def test_tree_logits_equal_recomputation_from_scratch(model):
         while walk >= 0:
             chain.append(tree.tokens[walk])
             walk = tree.parents[walk]
-        expected = full_logits(model, state.tokens + chain[::-1])[-1]
+        expected = full_logits(model, PROMPT + [state.root] + chain[::-1])[-1]
         torch.testing.assert_close(logits[node + 1], expected, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(logits[0], full_logits(model, state.tokens)[-1], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits[0], full_logits(model, PROMPT + [state.root])[-1], rtol=1e-4, atol=1e-4)
 
 
 def test_committed_kv_equals_recomputation(model):
@@ -77,10 +77,12 @@ def test_committed_kv_equals_recomputation(model):
     assert step.accepted_nodes == [3, 4, 5, 6, 7]
     assert step.new_tokens == reference[1:7]
     assert step.credits == ["fsm"] * 5 + ["bonus"]
+    committed = PROMPT + reference[:1] + step.new_tokens
+    assert state.root == committed[-1] and state.cache_len == len(committed) - 1
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
-        model(input_ids=torch.tensor([state.tokens[:-1]]), cache=cache, use_cache=True)
-    assert state.cache.get_seq_length() == len(state.tokens) - 1
+        model(input_ids=torch.tensor([committed[:-1]]), cache=cache, use_cache=True)
+    assert state.cache.get_seq_length() == len(committed) - 1
     for ours, theirs in zip(state.cache.layers, cache.layers):
         torch.testing.assert_close(ours.keys, theirs.keys, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(ours.values, theirs.values, rtol=1e-4, atol=1e-5)
@@ -121,11 +123,11 @@ class _NullTokenizer:
 def test_speculative_decoding_equals_ar_and_generate(model, seed):
     n = 40
     reference = greedy_reference(model, PROMPT, n)
-    ar = decode(model, None, [], context(PROMPT), n)
+    ar = decode(tiny_target(model), [], context(PROMPT), n)
     assert ar.output_ids == reference
     assert ar.forwards == n - 1 and ar.mat == 1.0
     budget = TreeBudget(max_nodes=1 + 3 * seed, max_depth=2 + seed)
-    spec = decode(model, None, [NoisyOracle(reference, seed)], context(PROMPT), n, budget)
+    spec = decode(tiny_target(model), [NoisyOracle(reference, seed)], context(PROMPT), n, budget)
     assert spec.output_ids == reference
     assert all(r.tree_size <= budget.max_nodes for r in spec.rounds)
     assert all(r.accepted <= budget.max_depth for r in spec.rounds)
@@ -137,14 +139,14 @@ def test_eos_inside_an_accepted_path_ends_the_output(model):
     reference = greedy_reference(model, PROMPT, 30)
     eos_at = next(i for i in range(8, 30) if reference[i] not in reference[:i])
     eos = reference[eos_at]
-    ar = decode(model, None, [], context(PROMPT, [eos]), 30)
+    ar = decode(tiny_target(model), [], context(PROMPT, [eos]), 30)
     assert ar.output_ids == reference[: eos_at + 1] and ar.finish == "eos"
 
     class Oracle(DraftSource):  # always offers the whole rest of the reference, past the EOS
         def propose(self, state):
             return [Draft(reference[len(state.output_ids) :], "retrieval")]
 
-    spec = decode(model, None, [Oracle()], context(PROMPT, [eos]), 30, TreeBudget(64, 64))
+    spec = decode(tiny_target(model), [Oracle()], context(PROMPT, [eos]), 30, TreeBudget(64, 64))
     assert spec.output_ids == ar.output_ids and spec.finish == "eos"
     assert spec.forwards == 1
 
@@ -157,14 +159,14 @@ def test_max_new_tokens_cuts_an_accepted_path(model):
             return [Draft(reference[len(state.output_ids) :], "fsm")]
 
     for limit in (1, 2, 7):
-        spec = decode(model, None, [Oracle()], context(PROMPT), limit, TreeBudget(64, 64))
+        spec = decode(tiny_target(model), [Oracle()], context(PROMPT), limit, TreeBudget(64, 64))
         assert spec.output_ids == reference[:limit] and spec.finish == "length"
     with pytest.raises(ValueError):
-        decode(model, None, [], context(PROMPT), 0)
+        decode(tiny_target(model), [], context(PROMPT), 0)
 
 
 def test_trace_records_prefill_and_rounds(model):
-    result = decode(model, None, [], context(PROMPT), 5)
+    result = decode(tiny_target(model), [], context(PROMPT), 5)
     kinds = [e["kind"] for e in result.trace.events]
     assert kinds == ["prefill_start", "prefill_end", "round", "round", "round", "round", "finish"]
     times = [e["t"] for e in result.trace.events]

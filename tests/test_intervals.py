@@ -2,7 +2,7 @@
 
 import pytest
 
-from ooospec.intervals import paired_speedup
+from ooospec.bench.intervals import paired_speedup
 
 
 def test_ratio_of_totals_and_mean_of_ratios_differ_as_they_should():

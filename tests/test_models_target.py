@@ -9,7 +9,7 @@ from ooospec.models import target as target_module
 from ooospec.models.prompts import prompt_ids, prompt_text
 from ooospec.models.registry import load_profile
 from ooospec.models.target import eos_token_ids, load_target
-from ooospec.sidecar.tiny import tiny_tokenizer
+from ooospec.models.tiny import tiny_tokenizer
 
 TOOLS_TEMPLATE = (
     "{% if tools %}TOOLS:{% for t in tools %}{{ t | tojson }}{% endfor %}\n{% endif %}"
@@ -67,7 +67,7 @@ def test_tool_target_without_adapter_says_how_to_train_it(monkeypatch):
     def no_adapter(profile):
         raise FileNotFoundError("no tool-calling adapter; train it first: make sidecar")
 
-    monkeypatch.setattr("ooospec.train.tool_adapter_path", no_adapter)
+    monkeypatch.setattr("ooospec.models.adapters.tool_adapter_path", no_adapter)
     monkeypatch.setattr(target_module, "load_model", lambda *a, **k: pytest.fail("loaded a model before the adapter check"))
     with pytest.raises(FileNotFoundError, match="train it first"):
         load_target("smollm2-135m-tool")

@@ -17,10 +17,11 @@ from ooospec.data.request import Call, Request
 from ooospec.decoding.base import DecodeContext, EventTrace
 from ooospec.decoding.hint import HintBank, align_hint, validate_payload
 from ooospec.decoding.loop import decode
-from ooospec.decoding.tiny_models import tiny_causal_lm
+from ooospec.models.tiny import tiny_causal_lm, tiny_target
 from ooospec.decoding.tree import TreeBudget
 from ooospec.models.surface import SurfaceFormat
-from ooospec.sidecar.service import PredictorSpec, SidecarService
+from ooospec.sidecar.service import SidecarService
+from ooospec.sidecar.specs import faulty_sidecar, oracle_sidecar
 
 TOOLS = [{"name": "get_weather", "description": "weather",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
@@ -90,13 +91,13 @@ def _request(rid="r1"):
 
 def test_hint_is_accepted_and_output_stays_identical(tiny, tokenizer):
     request = _request()
-    ar = decode(tiny, tokenizer, [], _ctx(request, tokenizer, None), max_new_tokens=40)
+    ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=40)
     surface = FixedText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
-    oracle = PredictorSpec("oracle", {"calls": {request.id: {"name": "get_weather", "arguments": {}}}})
+    oracle = oracle_sidecar({request.id: {"name": "get_weather", "arguments": {}}})
     with SidecarService(oracle, placement="process") as service:
         for blocking in (True, False):
             bank = HintBank(service, blocking=blocking, max_tokens=16)
-            out = decode(tiny, tokenizer, [bank], _ctx(request, tokenizer, surface), max_new_tokens=40,
+            out = decode(tiny_target(tiny, tokenizer), [bank], _ctx(request, tokenizer, surface), max_new_tokens=40,
                          budget=TreeBudget(max_nodes=16, max_depth=16))
             assert out.output_ids == ar.output_ids
             kinds = [e["kind"] for e in out.trace.events]
@@ -111,11 +112,11 @@ def test_hint_is_accepted_and_output_stays_identical(tiny, tokenizer):
 @pytest.mark.parametrize("fault", ["crash", "hang", "garbage", "unknown_function", "raise"])
 def test_sidecar_faults_never_change_the_output(tiny, tokenizer, fault):
     request = _request()
-    ar = decode(tiny, tokenizer, [], _ctx(request, tokenizer, None), max_new_tokens=12)
-    spec = PredictorSpec("fault", {"fault": fault})
+    ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=12)
+    spec = faulty_sidecar(fault)
     with SidecarService(spec, placement="process", timeout_s=0.5) as service:
         bank = HintBank(service, blocking=True)
-        out = decode(tiny, tokenizer, [bank], _ctx(request, tokenizer, FixedText("x")), max_new_tokens=12)
+        out = decode(tiny_target(tiny, tokenizer), [bank], _ctx(request, tokenizer, FixedText("x")), max_new_tokens=12)
     assert out.output_ids == ar.output_ids
     assert bank.stats.error, "the trace must say why there was no hint"
     assert any(e["kind"] == "hint_rejected" for e in out.trace.events)
@@ -123,8 +124,8 @@ def test_sidecar_faults_never_change_the_output(tiny, tokenizer, fault):
 
 def test_killing_the_sidecar_mid_request(tiny, tokenizer):
     request = _request()
-    ar = decode(tiny, tokenizer, [], _ctx(request, tokenizer, None), max_new_tokens=30)
-    spec = PredictorSpec("oracle", {"calls": {}, "wave_s": 30.0})  # busy for the whole request
+    ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=30)
+    spec = oracle_sidecar({}, wave_s=30.0)  # busy for the whole request
     with SidecarService(spec, placement="process") as service:
         bank = HintBank(service)
 
@@ -138,7 +139,7 @@ def test_killing_the_sidecar_mid_request(tiny, tokenizer):
                 return super().propose(state)
 
         bank = Killer(service)
-        out = decode(tiny, tokenizer, [bank], _ctx(request, tokenizer, FixedText("x")), max_new_tokens=30)
+        out = decode(tiny_target(tiny, tokenizer), [bank], _ctx(request, tokenizer, FixedText("x")), max_new_tokens=30)
     assert out.output_ids == ar.output_ids
     assert "died" in (bank.stats.error or "")
 
@@ -147,7 +148,7 @@ def test_thread_placement_and_superseded_jobs(tokenizer):
     request_a, request_b = _request("a"), _request("b")
     calls = {"a": {"name": "get_weather", "arguments": {"city": "A"}},
              "b": {"name": "get_weather", "arguments": {"city": "B"}}}
-    with SidecarService(PredictorSpec("oracle", {"calls": calls, "wave_s": 0.2}), placement="thread") as service:
+    with SidecarService(oracle_sidecar(calls, wave_s=0.2), placement="thread") as service:
         first = service.submit(request_a)
         threading.Event().wait(0.05)  # a is in its wave; b and c queue behind it
         service.submit(_request("c"))

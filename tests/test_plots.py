@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from ooospec import paper_numbers, plots
-from ooospec.bench_summary import (ablation_table, arrival_rounds, budget_sweep, crossover, delay_sweep, headline,
+from ooospec.bench import paper_numbers, plots
+from ooospec.bench.summary import (ablation_table, arrival_rounds, budget_sweep, crossover, delay_sweep, headline,
                                    main_table, pick_timelines, reference_record, timeline_groups)
 
 

@@ -6,10 +6,10 @@ import torch
 from ooospec.data.request import Call, Request
 from ooospec.sidecar.metrics import score_wave, summarize
 from ooospec.sidecar.predictor import SlotPredictor, encode
-from ooospec.sidecar.tiny import tiny_model_and_tokenizer
-from ooospec.sidecar.training import SidecarConfig, rows_to_examples, train_sidecar
-from ooospec.slots import calls_from_gold, build_rows, expand_call
-from ooospec.train import LoraTrainConfig, train_lora
+from ooospec.models.tiny import tiny_model_and_tokenizer
+from ooospec.training.sidecar import SidecarConfig, rows_to_examples, train_sidecar
+from ooospec.sidecar.slots import calls_from_gold, build_rows, expand_call
+from ooospec.training.lora import LoraTrainConfig, train_lora
 
 torch.set_num_threads(1)
 
@@ -104,7 +104,7 @@ def test_prefix_tokens_are_the_training_prefix():
 
 
 def test_teacher_calls_where_traced_gold_elsewhere(monkeypatch):
-    from ooospec.sidecar import training
+    from ooospec.training import sidecar as training
 
     reqs = [request("a", "Paris"), request("b", "Oslo"), request("c", "Rome")]
     traces = [{"id": "a", "call": {"name": "get_time", "arguments": {"zone": "CET"}}, "reason": None},

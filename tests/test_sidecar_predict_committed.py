@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from ooospec.paths import REPO_ROOT
-from ooospec.sidecar.training import PRESETS, committed_adapters_dir, select_calls
-from ooospec.slots import SlotPromptConfig, build_rows, read_rows
-from ooospec.train import read_frozen, tool_adapter_committed_dir
+from ooospec.training.sidecar import PRESETS, committed_adapters_dir, select_calls
+from ooospec.sidecar.slots import SlotPromptConfig, build_rows, read_rows
+from ooospec.models.adapters import read_frozen, tool_adapter_committed_dir
 
 torch.set_num_threads(1)
 COMMITTED = REPO_ROOT / "artifacts" / "committed" / "adapters"
@@ -67,8 +67,8 @@ def test_committed_sidecar_reproduces_its_dev_waves(sidecar_dir):
 @pytest.mark.slow
 def test_committed_tool_adapter_reproduces_a_dev_output():
     from ooospec.data import load_split
-    from ooospec.tool_lora import PRESETS as TOOL_PRESETS, greedy_text, load_parts
-    from ooospec.train import load_frozen_adapter
+    from ooospec.training.tool_lora import PRESETS as TOOL_PRESETS, greedy_text, load_parts
+    from ooospec.models.adapters import load_frozen_adapter
 
     adapter = tool_adapter_committed_dir()
     record = read_frozen(adapter)

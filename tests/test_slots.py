@@ -7,7 +7,7 @@ import pytest
 
 from ooospec.data.request import Call, Request
 from ooospec.sidecar.join import join_rows, parse_function_index
-from ooospec.slots import (ARGUMENT, DIRECT_CALL, FUNCTION_INDEX, PAPER_ROW_COUNTS, RowKey, SlotPromptConfig,
+from ooospec.sidecar.slots import (ARGUMENT, DIRECT_CALL, FUNCTION_INDEX, PAPER_ROW_COUNTS, RowKey, SlotPromptConfig,
                            build_rows, calls_from_gold, calls_from_traces, expand_call, online_questions,
                            read_rows, reference_call, request_prefix, row_count_table, row_counts, write_rows)
 

@@ -2,7 +2,7 @@
 retried then reported while the others finish, and bad input fails in one line.
 
 The Ray tests share one local instance (``ray.init(num_cpus=2)``, shut down after the module);
-its cells run the real bench loop on the random 2-layer Llama of `ooospec.sidecar.tiny`, so no
+its cells run the real bench loop on the random 2-layer Llama of `ooospec.models.tiny`, so no
 downloaded weights are needed. The tests that need no cluster come first, before it starts.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ooospec.bench import BenchConfig, bench_stage, run_bench, slice_path
+from ooospec.bench.runner import BenchConfig, bench_stage, run_bench, slice_path
 from ooospec.data.request import Request
-from ooospec.sweep import (SweepError, notebook_config, notebook_parameters, reserved_cores, run_cells, run_sweep)
+from ooospec.bench.sweep import (SweepError, notebook_config, notebook_parameters, reserved_cores, run_cells, run_sweep)
 
 
 def _requests(prefix: str, n: int) -> list[Request]:
@@ -46,7 +46,7 @@ class TinyTargets:
     def load(self, name: str):
         from ooospec.models.formats.llama_json import LlamaJson
         from ooospec.models.target import TargetModel
-        from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+        from ooospec.models.tiny import tiny_model_and_tokenizer
 
         if name == "broken":
             with open(self.attempts_file, "a") as handle:

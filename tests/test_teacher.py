@@ -9,8 +9,8 @@ import pytest
 from ooospec.data.request import Request
 from ooospec.models.formats import get_surface
 from ooospec.models.target import TargetModel
-from ooospec.sidecar.tiny import tiny_model_and_tokenizer
-from ooospec.teacher import commit_traces, first_valid_call, run_teacher, validity_by_source, validity_table
+from ooospec.models.tiny import tiny_model_and_tokenizer
+from ooospec.training.teacher import commit_traces, first_valid_call, run_teacher, validity_by_source, validity_table
 
 TOOLS = [{"name": "get_weather", "description": "Weather now.",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},

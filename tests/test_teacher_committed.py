@@ -9,7 +9,7 @@ import pytest
 
 from ooospec.data import load_split
 from ooospec.models.formats import get_surface
-from ooospec.teacher import (
+from ooospec.training.teacher import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_NEW_TOKENS,
     TRACES_FILE,
@@ -50,8 +50,10 @@ def test_committed_calls_follow_from_their_raw_text():
 def test_teacher_rederives_a_committed_slice():
     """Regenerate the two cheapest committed records with plain greedy AR (no drafts): same text and
     call, or (in bf16) a first difference at an AR near-tie, which is printed."""
-    from ooospec.decoding.evaluate import first_mismatch, near_tie_gap
+    from ooospec.bench.compare import near_tie_gap
+    from ooospec.sequences import first_difference
     from ooospec.decoding.loop import decode
+    from ooospec.decoding.verifier import TreeVerifier
     from ooospec.models.target import load_role
 
     records = []
@@ -63,12 +65,13 @@ def test_teacher_rederives_a_committed_slice():
     tie = near_tie_gap(next(teacher.model.parameters()).dtype)
     for split, record in records[:2]:
         request = next(r for r in load_split(split) if r.id == record["id"])
-        ar = decode(teacher, None, [], request, DEFAULT_MAX_NEW_TOKENS, track_margins=True)
+        ar = decode(teacher, [], request, DEFAULT_MAX_NEW_TOKENS,
+                    verifier=TreeVerifier(teacher.model, teacher.eos_token_ids, track_margins=True))
         ids = [t for t in ar.output_ids if t not in teacher.eos_token_ids]
         text = teacher.tokenizer.decode(ids, skip_special_tokens=False)
         if text != record["raw_text"]:
             traced = teacher.tokenizer(record["raw_text"], add_special_tokens=False).input_ids
-            at = first_mismatch(ids, traced)
+            at = first_difference(ids, traced)
             gap = ar.margins[at] if at is not None and at < len(ar.margins) else None
             print(f"{record['id']}: differs from AR at token {at}, AR top-2 gap {gap}")
             assert gap is not None and gap < tie, record["id"]

@@ -3,10 +3,9 @@
 import torch
 import pytest
 
-from ooospec.sidecar.tiny import tiny_model_and_tokenizer
-from ooospec.train import (IGNORE_INDEX, Branch, LoraTrainConfig, TrainExample, Unit, attach_lora, batch_nll,
-                           completion_labels, directory_sha256, freeze_adapter, length_groups, load_frozen_adapter, plan_steps,
-                           plan_units, read_frozen, save_loss_curve, shared_prefix_nll, train_lora)
+from ooospec.models.tiny import tiny_model_and_tokenizer
+from ooospec.models.adapters import directory_sha256, freeze_adapter, load_frozen_adapter, read_frozen
+from ooospec.training.lora import (IGNORE_INDEX, Branch, LoraTrainConfig, TrainExample, Unit, attach_lora, batch_nll, completion_labels, length_groups, plan_steps, plan_units, save_loss_curve, shared_prefix_nll, train_lora)
 
 torch.set_num_threads(1)
 

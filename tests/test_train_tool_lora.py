@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from ooospec.data.request import Call, Request
-from ooospec.tool_lora import PRESETS, load_parts, tool_examples, train_tool_lora
-from ooospec.train import (ADAPTER_HASH_FILE, IGNORE_INDEX, completion_labels, tool_adapter_committed_dir,
-                           tool_adapter_path, tool_adapter_pointer)
+from ooospec.training.tool_lora import PRESETS, load_parts, tool_examples, train_tool_lora
+from ooospec.models.adapters import (ADAPTER_HASH_FILE, tool_adapter_committed_dir, tool_adapter_path, tool_adapter_pointer)
+from ooospec.training.lora import IGNORE_INDEX, completion_labels
 
 torch.set_num_threads(1)
 
@@ -55,13 +55,13 @@ def test_tool_lora_stage_on_a_tiny_base(tmp_path, monkeypatch):
 
 def test_tool_adapter_path_prefers_the_latest_then_committed(tmp_path, monkeypatch):
     monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="python -m ooospec.tool_lora"):
+    with pytest.raises(FileNotFoundError, match="python -m ooospec.training.tool_lora"):
         tool_adapter_path("cpu")
     committed = tool_adapter_committed_dir()
     committed.mkdir(parents=True)
     (committed / "adapter_model.safetensors").write_bytes(b"weights")
     (committed / "FROZEN.json").write_text(json.dumps({"profile": "cpu"}))
-    from ooospec.train import directory_sha256
+    from ooospec.models.adapters import directory_sha256
 
     (committed / ADAPTER_HASH_FILE).write_text(directory_sha256(committed))
     assert tool_adapter_path("cpu") == committed

@@ -6,7 +6,7 @@
 #   tools/trace_in_chunks.sh SPLIT CHUNK UNTIL [PROFILE]
 #   e.g. tools/trace_in_chunks.sh train 250 1500      # requests 1-250, 251-500, ... of the subset order
 #
-# Each chunk is `python -m ooospec.teacher --limit N --commit <profile>-<split>-<N> --new-only`: the
+# Each chunk is `python -m ooospec.training.teacher --limit N --commit <profile>-<split>-<N> --new-only`: the
 # stage for limit N reuses every record traced for smaller limits, traces the rest, and commits
 # only the records no committed set holds yet (artifacts/committed/teacher/<name>/).
 set -euo pipefail
@@ -15,7 +15,7 @@ py=${PYTHON:-.venv/bin/python}
 for ((limit = chunk; limit <= until; limit += chunk)); do
   name=$(printf '%s-%s-%05d' "$profile" "$split" "$limit")
   [[ -d artifacts/committed/teacher/$name ]] && continue
-  OMP_NUM_THREADS=1 "$py" -m ooospec.teacher --split "$split" --limit "$limit" --profile "$profile" \
+  OMP_NUM_THREADS=1 "$py" -m ooospec.training.teacher --split "$split" --limit "$limit" --profile "$profile" \
       --threads 1 --commit "$name" --new-only
   if [[ -d artifacts/committed/teacher/$name ]]; then
     git add "artifacts/committed/teacher/$name"

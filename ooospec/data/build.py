@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from ooospec.data import apibank, bfcl, glaive, nestful, openfunctions, sealtools, toolalpaca, toolrl
 from ooospec.data.card import build_card
 from ooospec.data.loading import SourceLoad, flag_schema_warnings
@@ -27,6 +25,7 @@ from ooospec.data.raw import load_manifest, optional_files_state
 from ooospec.data.request import read_requests, write_requests, Request
 from ooospec.data.splits import DEFAULT_DEV_FRACTION, split_training
 from ooospec.paths import artifacts_dir
+from ooospec.progress import progress_bar
 from ooospec.stage import Stage
 
 DATA_VERSION = 4  # bump when a loader's output changes, so old builds are not reused
@@ -52,7 +51,7 @@ def data_stage(include_live: bool = False, **kwargs: Any) -> Stage:
 
 def _collect(jobs: list[tuple[str, Any]]) -> list[SourceLoad]:
     loads: list[SourceLoad] = []
-    for _, job in tqdm(jobs, desc="loading sources", leave=False):
+    for _, job in progress_bar(jobs, desc="loading sources", leave=False):
         result = job()
         loads.extend(result if isinstance(result, list) else [result])
     return loads

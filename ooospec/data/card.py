@@ -99,3 +99,20 @@ def card_table(card: dict[str, Any]) -> pd.DataFrame:
                   "gold not in tools", "repeated prompts", "tool schema warnings"]
     table[count_cols] = table[count_cols].astype("Int64")
     return table.fillna({"drop reasons": ""})
+
+
+def kept_figure(card: dict[str, Any]):
+    """Requests kept per source as horizontal bars, evaluation sets and training pool coloured apart."""
+    import matplotlib.pyplot as plt
+
+    kept = pd.DataFrame([(s["source"], s["split"], s["kept"]) for s in card["sources"] if s["kept"]],
+                        columns=["source", "split", "kept"])
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.barh(kept.source, kept.kept, color=kept.split.map({"eval": "tab:blue", "train": "tab:orange"}))
+    ax.invert_yaxis()
+    ax.set_xlabel("requests kept")
+    ax.set_title("Requests per source (blue: evaluation, orange: training pool)")
+    for y, value in enumerate(kept.kept):
+        ax.text(value, y, f" {value}", va="center", fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from ooospec.models.surface import SurfaceFormat
 
 DRAFT_SOURCES = ("fsm", "retrieval", "pld", "hint")
+# what a committed token is credited to: a draft source, or "bonus" (the target's own token at the
+# end of an accepted path, and the prefill's first token). Every table and figure uses this order.
+CREDITS = DRAFT_SOURCES + ("bonus",)
 
 
 @dataclass
@@ -79,7 +82,8 @@ class DecodeContext:
 
 @dataclass
 class DecodeState:
-    """The committed output so far, as token ids and as decoded text.
+    """The committed output so far, as token ids and as decoded text: the one copy of the
+    committed tokens (the verifier keeps only the KV cache and the pending root).
 
     ``text`` is refreshed at every commit (one decode of the committed ids, cheap next to a
     forward) so sources that work on text do not each decode again.
@@ -89,18 +93,12 @@ class DecodeState:
     output_ids: list[int] = field(default_factory=list)
     text: str = ""
     round_index: int = 0
-    finished: bool = False
 
     def commit(self, new_ids: list[int]) -> None:
         self.output_ids.extend(new_ids)
         self.text = self.ctx.tokenizer.decode(
             self.output_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
         )
-
-    @property
-    def all_ids(self) -> list[int]:
-        """Prompt followed by the committed output."""
-        return self.ctx.prompt_ids + self.output_ids
 
 
 class DraftSource(ABC):

@@ -18,11 +18,13 @@ from typing import Any
 import torch
 
 from ooospec.data.request import Request
-from ooospec.decoding.base import DecodeContext, DecodeState, DraftSource, EventTrace
+from ooospec.decoding.base import CREDITS, DecodeContext, DecodeState, DraftSource, EventTrace
 from ooospec.decoding.tree import TreeBudget, build_tree
 from ooospec.decoding.verifier import TreeVerifier, VerifierState
+from ooospec.models.target import TargetModel
 
-CREDITS = ("fsm", "retrieval", "pld", "hint", "bonus")
+# the fields of a `RoundRecord` that its trace event carries (timings stay in the record)
+ROUND_EVENT_FIELDS = ("index", "tree_size", "accepted", "new_tokens", "sources", "credits")
 
 
 @dataclass
@@ -31,11 +33,20 @@ class Prefill:
 
     state: VerifierState
     seconds: float
-    margin: float | None = None
+    margin: float | None
+    prompt_ids: list[int]
+
+    @classmethod
+    def measure(cls, verifier: TreeVerifier, prompt_ids: list[int]) -> "Prefill":
+        start = time.perf_counter()
+        state, margin = verifier.prefill(prompt_ids)
+        return cls(state, time.perf_counter() - start, margin, list(prompt_ids))
 
 
 @dataclass
 class RoundRecord:
+    """One verify round as the loop saw it; its trace event is `event_fields` of it."""
+
     index: int
     tree_size: int
     accepted: int  # draft tokens accepted (the bonus token not counted)
@@ -45,6 +56,9 @@ class RoundRecord:
     draft_s: float  # propose + tree build
     forward_s: float
     round_s: float  # everything of the round, observe included
+
+    def event_fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in ROUND_EVENT_FIELDS}
 
 
 @dataclass
@@ -106,132 +120,112 @@ class DecodeResult:
         }
 
 
-def make_context(target: Any, request: Request, trace: EventTrace | None = None) -> DecodeContext:
-    """Context for ``request`` on a loaded target (`ooospec.models.target.TargetModel`)."""
+def make_context(target: TargetModel, request: Request, trace: EventTrace | None = None) -> DecodeContext:
+    """Context for ``request`` on a loaded target."""
     return DecodeContext(
         request=request,
         tokenizer=target.tokenizer,
         # the frozen rendering may depend on the request (Qwen writes one-line JSON on API-Bank)
-        surface=target.surface_for(request) if hasattr(target, "surface_for") else target.surface,
+        surface=target.surface_for(request),
         prompt_ids=list(target.prompt_ids(request)),
         eos_token_ids=list(target.eos_token_ids),
         trace=trace or EventTrace(),
     )
 
 
-def _unwrap(target_model: Any) -> torch.nn.Module:
-    return target_model if isinstance(target_model, torch.nn.Module) else target_model.model
-
-
 @torch.no_grad()
 def decode(
-    target_model: Any,
-    tokenizer: Any,
+    target: TargetModel,
     sources: list[DraftSource],
-    request_or_ctx: Request | DecodeContext,
+    request: Request | DecodeContext,
     max_new_tokens: int = 256,
     budget: TreeBudget = TreeBudget(),
     *,
     prefill: Prefill | None = None,
     verifier: TreeVerifier | None = None,
-    track_margins: bool = False,
 ) -> DecodeResult:
     """Greedy decoding of one request with drafts from ``sources`` (none: AR).
 
-    ``target_model`` is an HF causal LM or a `TargetModel`; a bare `Request` needs the latter (it
-    supplies the prompt ids, surface format and EOS ids). ``prefill`` starts from a copy of an
-    earlier prefill of the same prompt (lossless checks run several methods on one prefill; the
-    reported prefill time is then that prefill's).
+    A bare `Request` gets its context (prompt ids, surface, EOS ids) from ``target``. ``prefill``
+    starts from a copy of an earlier prefill of the same prompt (lossless checks run several
+    methods on one prefill; the reported prefill time is then that prefill's). ``verifier``
+    reuses one verifier across requests; margins are tracked when it tracks them.
     """
-    start = time.perf_counter()
-    if isinstance(request_or_ctx, DecodeContext):
-        ctx = request_or_ctx
-    else:
-        ctx = make_context(target_model, request_or_ctx, EventTrace(start))
-    tokenizer = tokenizer or ctx.tokenizer
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    verifier = verifier or TreeVerifier(_unwrap(target_model), ctx.eos_token_ids, track_margins)
-    trace = ctx.trace
-
+    start = time.perf_counter()
+    ctx = request if isinstance(request, DecodeContext) else make_context(target, request, EventTrace(start))
+    verifier = verifier or TreeVerifier(target.model, ctx.eos_token_ids)
     for source in sources:
         source.begin(ctx)
-    setup_end = time.perf_counter()
+    setup_s = time.perf_counter() - start
 
-    trace.emit("prefill_start", prompt_tokens=len(ctx.prompt_ids))
-    if prefill is None:
-        vstate, margin = verifier.prefill(ctx.prompt_ids)
-        prefill_s = time.perf_counter() - setup_end
-    else:
-        if prefill.state.tokens[: prefill.state.prompt_len] != list(ctx.prompt_ids):
-            raise ValueError(f"request {ctx.request.id}: the shared prefill is of another prompt")
-        vstate, margin, prefill_s = prefill.state.clone(), prefill.margin, prefill.seconds
-    trace.emit("prefill_end", first_token=vstate.tokens[-1])
-    prefill_end = time.perf_counter()
-
+    own = _prefill(verifier, ctx, prefill)
+    decode_start = time.perf_counter()
     state = DecodeState(ctx)
-    first = vstate.tokens[-1]
-    state.commit([first])
-    margins = [margin] if margin is not None else []
-    counts: Counter[str] = Counter({"bonus": 1})
-    finish = "eos" if first in verifier.eos else ("length" if max_new_tokens == 1 else "")
+    state.commit([own.state.root])
     for source in sources:
-        source.observe(state, [first])
-
+        source.observe(state, [own.state.root])
+    tally = _Tally(Counter({"bonus": 1}), [] if own.margin is None else [own.margin])
+    finish = "eos" if own.state.root in verifier.eos else ("length" if max_new_tokens == 1 else "")
     rounds: list[RoundRecord] = []
     while not finish:
-        round_start = time.perf_counter()
-        drafts = [draft for source in sources for draft in source.propose(state)]
-        tree = build_tree(drafts, budget)
-        draft_s = time.perf_counter() - round_start
-        step = verifier.step(vstate, tree, max_new_tokens - len(state.output_ids))
-        state.commit(step.new_tokens)
-        state.round_index += 1
-        for source in sources:
-            source.observe(state, step.new_tokens)
-        counts.update(step.credits)
-        margins.extend(step.margins)
-        record = RoundRecord(
-            index=len(rounds),
-            tree_size=tree.size,
-            accepted=len(step.accepted_nodes),
-            new_tokens=len(step.new_tokens),
-            credits=step.credits,
-            sources=sorted({tag for tags in tree.sources for tag in tags}),
-            draft_s=draft_s,
-            forward_s=step.forward_s,
-            round_s=time.perf_counter() - round_start,
-        )
+        record, finish = _round(verifier, own.state, state, sources, budget, max_new_tokens, tally)
         rounds.append(record)
-        trace.emit(
-            "round",
-            index=record.index,
-            tree_size=record.tree_size,
-            accepted=record.accepted,
-            new_tokens=record.new_tokens,
-            sources=record.sources,
-            credits=record.credits,
-        )
-        finish = step.finish or ""
-    end = time.perf_counter()
-    state.finished = True
-    trace.emit("finish", reason=finish, tokens=len(state.output_ids))
+        ctx.trace.emit("round", **record.event_fields())
+    decode_s = time.perf_counter() - decode_start
+    ctx.trace.emit("finish", reason=finish, tokens=len(state.output_ids))
 
     result = DecodeResult(
-        request_id=ctx.request.id,
-        output_ids=list(state.output_ids),
-        text=tokenizer.decode(state.output_ids, skip_special_tokens=True),
-        finish=finish,
-        setup_s=setup_end - start,
-        prefill_s=prefill_s,
-        decode_s=end - prefill_end,
-        total_s=(setup_end - start) + prefill_s + (end - prefill_end),
-        rounds=rounds,
-        source_counts={name: counts.get(name, 0) for name in CREDITS},
-        trace=trace,
-        prompt_tokens=len(ctx.prompt_ids),
-        margins=margins,
+        request_id=ctx.request.id, output_ids=list(state.output_ids),
+        text=ctx.tokenizer.decode(state.output_ids, skip_special_tokens=True), finish=finish,
+        setup_s=setup_s, prefill_s=own.seconds, decode_s=decode_s, total_s=setup_s + own.seconds + decode_s,
+        rounds=rounds, source_counts={name: tally.credits.get(name, 0) for name in CREDITS},
+        trace=ctx.trace, prompt_tokens=len(ctx.prompt_ids), margins=tally.margins,
     )
     for source in sources:
         source.end(state, result)
     return result
+
+
+@dataclass
+class _Tally:
+    """Per-request counts the rounds add to: tokens per credit, top-2 gap per token."""
+
+    credits: Counter[str]
+    margins: list[float]
+
+
+def _prefill(verifier: TreeVerifier, ctx: DecodeContext, shared: Prefill | None) -> Prefill:
+    """This request's own prefill, or a private copy of a shared one of the same prompt."""
+    ctx.trace.emit("prefill_start", prompt_tokens=len(ctx.prompt_ids))
+    if shared is None:
+        own = Prefill.measure(verifier, ctx.prompt_ids)
+    elif shared.prompt_ids != list(ctx.prompt_ids):
+        raise ValueError(f"request {ctx.request.id}: the shared prefill is of another prompt")
+    else:
+        own = Prefill(shared.state.clone(), shared.seconds, shared.margin, shared.prompt_ids)
+    ctx.trace.emit("prefill_end", first_token=own.state.root)
+    return own
+
+
+def _round(verifier: TreeVerifier, kv: VerifierState, state: DecodeState, sources: list[DraftSource],
+           budget: TreeBudget, max_new_tokens: int, tally: _Tally) -> tuple[RoundRecord, str]:
+    """Ask the sources, build the tree, verify it in one forward, commit; the finish reason or ""."""
+    start = time.perf_counter()
+    tree = build_tree([draft for source in sources for draft in source.propose(state)], budget)
+    draft_s = time.perf_counter() - start
+    step = verifier.step(kv, tree, max_new_tokens - len(state.output_ids))
+    state.commit(step.new_tokens)
+    state.round_index += 1
+    for source in sources:
+        source.observe(state, step.new_tokens)
+    tally.credits.update(step.credits)
+    tally.margins.extend(step.margins)
+    record = RoundRecord(
+        index=state.round_index - 1, tree_size=tree.size, accepted=len(step.accepted_nodes),
+        new_tokens=len(step.new_tokens), credits=step.credits,
+        sources=sorted({tag for tags in tree.sources for tag in tags}), draft_s=draft_s,
+        forward_s=step.forward_s, round_s=time.perf_counter() - start,
+    )
+    return record, step.finish or ""

@@ -8,14 +8,13 @@ alone, so OoO-Spec without a hint is ToolSpec node for node.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ooospec.decoding.base import DraftSource
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.toolspec import ToolSpec
 from ooospec.decoding.tree import TreeBudget
-from ooospec.sidecar.service import PredictorSpec, SidecarService
+from ooospec.sidecar.service import SidecarService
 
 DEFAULT_HINT_TOKENS = 32
 
@@ -29,19 +28,3 @@ def ooospec_sources(service: SidecarService, *, mode: str = "wave", blocking: bo
 def ooospec_budget(toolspec_budget: TreeBudget, hint_tokens: int = DEFAULT_HINT_TOKENS) -> TreeBudget:
     return TreeBudget(max_nodes=toolspec_budget.max_nodes, max_depth=toolspec_budget.max_depth,
                       hint_nodes=hint_tokens, hint_depth=hint_tokens)
-
-
-def slot_sidecar(adapter_dir: Path | str, profile: str = "cpu", base_only: bool = False,
-                 max_new_tokens: int = 32, required_values: bool = True) -> PredictorSpec:
-    """The trained sidecar (or, for the ablation, its base without the adapter).
-
-    ``required_values``: a slot the schema marks required is never answered null (see
-    `SlotPredictor`); off, the sidecar's raw answers (the ``nullable`` ablation)."""
-    return PredictorSpec("slot", {"adapter_dir": str(adapter_dir), "profile": profile,
-                                  "base_only": base_only, "max_new_tokens": max_new_tokens,
-                                  "required_values": required_values})
-
-
-def oracle_sidecar(calls: dict[str, dict[str, Any]], wave_s: float = 0.0) -> PredictorSpec:
-    """A sidecar that answers with known calls (the upper bound; latency sweeps)."""
-    return PredictorSpec("oracle", {"calls": calls, "wave_s": wave_s})

@@ -50,10 +50,6 @@ class CallRetrieval(DraftSource):
         self._haystack = np.zeros(0, dtype=np.int64)
         self._tail: list[int] = []
 
-    def reset(self) -> None:
-        """Forget every stored call (a new run)."""
-        self.memory.clear()
-
     def begin(self, ctx: DecodeContext) -> None:
         offered = {tool["name"] for tool in ctx.request.tools}
         ranked = sorted(

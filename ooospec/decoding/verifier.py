@@ -29,23 +29,17 @@ from ooospec.decoding.tree import DraftTree
 
 @dataclass
 class VerifierState:
-    """KV cache plus the committed token ids (prompt + output); the last id is the pending root."""
+    """The KV cache of one request and the pending root: the last committed token, the only
+    committed token whose KV entry the cache does not hold yet. The committed token ids themselves
+    live in the loop's `DecodeState`; the verifier needs only the root and the cache length."""
 
     cache: DynamicCache
-    tokens: list[int]
-    prompt_len: int
-
-    @property
-    def cache_len(self) -> int:
-        return len(self.tokens) - 1
-
-    @property
-    def output_ids(self) -> list[int]:
-        return self.tokens[self.prompt_len :]
+    root: int
+    cache_len: int
 
     def clone(self) -> "VerifierState":
         """An independent copy (a shared prefill for several methods on one request)."""
-        return VerifierState(copy.deepcopy(self.cache), list(self.tokens), self.prompt_len)
+        return VerifierState(copy.deepcopy(self.cache), self.root, self.cache_len)
 
 
 @dataclass
@@ -117,7 +111,8 @@ class TreeVerifier:
 
     @torch.no_grad()
     def prefill(self, prompt_ids: list[int]) -> tuple[VerifierState, float | None]:
-        """Run the prompt, returning the state (first output token committed) and its top-2 gap."""
+        """Run the prompt, returning the state (its root is the first output token) and that
+        token's top-2 gap."""
         if not prompt_ids:
             raise ValueError("prefill needs a non-empty prompt")
         cache = DynamicCache(config=self.config)
@@ -126,7 +121,7 @@ class TreeVerifier:
         _cache_layers(cache)
         first = int(logits.argmax())
         margin = _top2_gap(logits) if self.track_margins else None
-        return VerifierState(cache, list(prompt_ids) + [first], len(prompt_ids)), margin
+        return VerifierState(cache, first, len(prompt_ids)), margin
 
     @torch.no_grad()
     def forward_tree(self, state: VerifierState, tree: DraftTree) -> torch.Tensor:
@@ -136,12 +131,12 @@ class TreeVerifier:
         if tree.size == 0:
             # a plain one-token step, exactly what `generate` runs
             return self._forward(
-                [state.tokens[-1]],
+                [state.root],
                 cache=state.cache,
                 position_ids=torch.tensor([[prefix_len]], device=self.device),
             )
         return self._forward(
-            [state.tokens[-1]] + tree.tokens,
+            [state.root] + tree.tokens,
             cache=state.cache,
             attention_mask=tree.attention_mask(prefix_len, self.dtype).to(self.device),
             position_ids=tree.position_ids(prefix_len).to(self.device),
@@ -149,7 +144,8 @@ class TreeVerifier:
 
     @torch.no_grad()
     def step(self, state: VerifierState, tree: DraftTree, limit: int) -> Round:
-        """One verify round committing at most ``limit`` (>= 1) new tokens into ``state``."""
+        """One verify round committing at most ``limit`` (>= 1) new tokens into ``state``'s cache;
+        the caller appends `Round.new_tokens` to its committed ids."""
         if limit < 1:
             raise ValueError(f"step needs room for at least one token, got limit={limit}")
         prefix_len = state.cache_len
@@ -174,7 +170,7 @@ class TreeVerifier:
         credits = credits[:kept]
         # the last new token is the next root: its KV entry is written by the next forward
         commit_kv(state.cache, prefix_len, rows[:kept])
-        state.tokens.extend(new_tokens)
+        state.root, state.cache_len = new_tokens[-1], prefix_len + kept
         margins = _top2_gap(logits[rows[:kept]]) if self.track_margins else []
         return Round(
             tree_size=tree.size,

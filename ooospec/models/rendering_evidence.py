@@ -14,10 +14,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ooospec.data.request import Request
 from ooospec.models.target import TargetModel
+from ooospec.progress import progress_bar
+from ooospec.sequences import first_difference
 
 
 @dataclass
@@ -51,24 +52,17 @@ def greedy_text(target: TargetModel, request: Request, max_new_tokens: int) -> t
     return target.tokenizer.decode(new, skip_special_tokens=False), stopped
 
 
-def _first_difference(a: str, b: str) -> int | None:
-    for index, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return index
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def observe(target: TargetModel, requests: list[Request], max_new_tokens: int = 200) -> list[RenderingObservation]:
     """Greedy answers of ``target`` on ``requests``, each checked against parse -> render."""
     observations = []
-    for request in tqdm(requests, desc=f"rendering evidence {target.name}"):
+    for request in progress_bar(requests, desc=f"rendering evidence {target.name}"):
         raw, stopped = greedy_text(target, request, max_new_tokens)
         surface = target.surface_for(request)
         calls = surface.parse(raw)
         rerendered = surface.render(calls) if calls else ""
         observations.append(RenderingObservation(
             request_id=request.id, benchmark=request.benchmark, variant=surface.describe(), raw_text=raw, stopped_on_eos=stopped, calls=[c.to_dict() for c in calls],
-            rerendered=rerendered, exact=rerendered == raw, mismatch_at=_first_difference(rerendered, raw),
+            rerendered=rerendered, exact=rerendered == raw, mismatch_at=first_difference(rerendered, raw),
             ascii_only_arguments=all(ch.isascii() for c in calls for ch in c.compact()),
         ))
     return observations

@@ -59,18 +59,18 @@ def eos_token_ids(tokenizer: Any, role: RoleSpec, profile: Profile) -> list[int]
 def tool_adapter_dir(profile: Profile) -> Path:
     """The trained tool-calling LoRA of the SmolLM2 target (produced by the sidecar stage)."""
     try:
-        from ooospec.train import tool_adapter_path
+        from ooospec.models.adapters import tool_adapter_path
     except ImportError as err:
         raise AdapterMissing(
             f"the tool-calling LoRA must be trained first ({TOOL_ADAPTER_STAGE}); "
-            f"ooospec.train.tool_adapter_path is not available ({err})"
+            f"ooospec.models.adapters.tool_adapter_path is not available ({err})"
         ) from err
     return Path(tool_adapter_path(profile=profile.name))
 
 
 def merge_adapter(model: Any, adapter_dir: Path) -> Any:
     """Merge a frozen adapter into the weights, refusing one whose files fail their sha256."""
-    from ooospec.train import load_frozen_adapter
+    from ooospec.models.adapters import load_frozen_adapter
 
     return load_frozen_adapter(model, adapter_dir, merge=True).eval()
 

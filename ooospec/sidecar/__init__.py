@@ -1,10 +1,10 @@
-"""The sidecar, model side: slot-wave prediction with a LoRA-adapted small LM.
+"""The sidecar: a small LoRA-adapted LM that predicts a request's call slot by slot, off the decode path.
 
-`predictor.SlotPredictor` answers a request's slot rows in one batched generation and
-`join.join_rows` turns the answers into the compact semantic call; `training` builds, trains and
-freezes the adapter (a keyed stage, or the committed adapter of the same config); `metrics` scores
-waves against reference calls; `latency` times the wave against the target; `sweep` measures how
-many decoder layers the base needs; `base` loads the profile's sidecar base; `tiny` builds a
-random model for tests and smoke runs. The asynchronous service around the predictor is
-`service` (the OoO-Spec runtime's).
+`slots` is its row format (a call -> function-index / argument-or-null / direct-call rows);
+`predictor.SlotPredictor` answers a request's rows in one batched generation and `join.join_rows`
+turns the answers into the compact semantic call; `metrics` scores waves against reference calls;
+`required_slots` compares the required-slot rule with raw answers; `latency` times the wave
+against the target; `base` loads the profile's sidecar base. `protocol` is all the asynchronous
+`service` knows of a predictor; `specs` writes the recipes of the trained sidecar, the oracle and
+the fault injectors (`oracle`). Training the adapter is `ooospec.training.sidecar`.
 """

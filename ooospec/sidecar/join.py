@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ooospec.data.request import Call, Request
-from ooospec.slots import ARGUMENT, FUNCTION_INDEX, RowKey, tool_parameters
+from ooospec.sidecar.slots import ARGUMENT, FUNCTION_INDEX, RowKey, tool_parameters
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ooospec.data.request import Request
+from ooospec.progress import progress_bar
 from ooospec.sidecar.predictor import SlotPredictor
 
 
@@ -61,14 +62,12 @@ def target_latency(target: Any, request: Request, max_new_tokens: int) -> tuple[
 def measure_latency(predictor: SlotPredictor, target: Any, requests: list[Request], threads: int = 1,
                     max_new_tokens: int = 160) -> list[LatencyRow]:
     """Wave and target latency per request, one warm-up request first (not recorded)."""
-    from tqdm import tqdm
-
     torch.set_num_threads(threads)
     if requests:
         predictor.predict_wave(requests[0])
         target_latency(target, requests[0], 4)
     rows = []
-    for request in tqdm(requests, desc="sidecar vs target", unit="req"):
+    for request in progress_bar(requests, desc="sidecar vs target", unit="req"):
         wave = predictor.predict_wave(request)
         prompt_tokens, prefill, total, new = target_latency(target, request, max_new_tokens)
         rows.append(LatencyRow(request.id, request.source, round(wave.latency_s, 4), len(wave.rows),
@@ -93,10 +92,8 @@ def latency_summary(rows: list[LatencyRow]) -> dict[str, Any]:
 def mode_latencies(predictor: SlotPredictor, requests: list[Request], modes: tuple[str, ...] = (
         "wave", "wave_no_prefix_share", "sequential", "two_waves")) -> list[dict[str, Any]]:
     """Per request and mode: latency, forwards and whether the joined call equals the wave's."""
-    from tqdm import tqdm
-
     records = []
-    for request in tqdm(requests, desc="sidecar modes", unit="req"):
+    for request in progress_bar(requests, desc="sidecar modes", unit="req"):
         reference = None
         for mode in modes:
             result = predictor.predict(request, mode)

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from ooospec.data.request import Call, Request
 from ooospec.sidecar.join import parse_value
 from ooospec.sidecar.predictor import WaveResult
-from ooospec.slots import ARGUMENT, FUNCTION_INDEX, NULL, RowKey, compact_json, expand_call, reference_call
+from ooospec.sidecar.slots import ARGUMENT, FUNCTION_INDEX, NULL, RowKey, compact_json, expand_call, reference_call
 
 
 def canonical_answer(text: str) -> str | None:
@@ -110,11 +110,6 @@ def summarize(scores: Iterable[RequestScore]) -> dict[str, Any]:
         "median_wave_latency_s": round(statistics.median(latencies), 4) if scores else None,
         "mean_wave_latency_s": round(statistics.mean(latencies), 4) if scores else None,
     }
-
-
-def metrics_table(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The summary as (metric, value) records for a notebook table."""
-    return [{"metric": k, "value": v} for k, v in summary.items()]
 
 
 def score_to_dict(score: RequestScore) -> dict[str, Any]:

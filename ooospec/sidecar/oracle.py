@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Mapping
 
 from ooospec.data.request import Request
-from ooospec.sidecar.service import Prediction
+from ooospec.sidecar.protocol import Prediction
 
 FAULTS = ("crash", "hang", "garbage", "unknown_function", "raise")
 
@@ -22,7 +22,7 @@ FAULTS = ("crash", "hang", "garbage", "unknown_function", "raise")
 class OraclePredictor:
     """Answers each request with a fixed call looked up by request id."""
 
-    def __init__(self, calls: dict[str, dict[str, Any]], wave_s: float = 0.0):
+    def __init__(self, calls: Mapping[str, dict[str, Any]], wave_s: float = 0.0):
         self.calls, self.wave_s = calls, wave_s
 
     def predict(self, request: Request, mode: str) -> Prediction:

@@ -9,8 +9,8 @@ rows answer ``null`` in two tokens). The two ablations of the paper's design use
 machinery: `predict_sequential` (rows one at a time, each with its own prefix) and
 `predict_two_waves` (function index first, then only the chosen function's arguments).
 
-The async service and the process around it belong to the runtime (issue 5); this module is the
-in-process predictor it wraps.
+`SlotWavePredictor` is this predictor behind the sidecar protocol (`ooospec.sidecar.protocol`):
+what the service runs in its own process.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from typing import Any
 import torch
 
 from ooospec.data.request import Call, Request
+from ooospec.models.cache import expand_cache
 from ooospec.sidecar.join import DroppedSlot, join_rows
-from ooospec.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix,
-                           target_text, tool_required)
-from ooospec.train import expand_cache
-
-MODES = ("wave", "wave_no_prefix_share", "sequential", "two_waves")
+from ooospec.sidecar.protocol import MODES, Prediction
+from ooospec.sidecar.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix, target_text,
+                                   tool_required)
 
 
 @dataclass
@@ -279,11 +278,11 @@ class SlotPredictor:
         ``max_new_tokens`` defaults to the value the adapter was evaluated with.
         """
         from ooospec.sidecar.base import load_sidecar_base
-        from ooospec.train import load_frozen_adapter, read_frozen
+        from ooospec.models.adapters import load_frozen_adapter, read_frozen
 
         record = read_frozen(adapter_dir)
         if record["config"].get("base") == "tiny":
-            from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+            from ooospec.models.tiny import tiny_model_and_tokenizer
 
             model, tokenizer = tiny_model_and_tokenizer(seed=record["config"]["lora"].get("seed", 0))
         else:
@@ -293,3 +292,28 @@ class SlotPredictor:
         if max_new_tokens is None:
             max_new_tokens = record["config"].get("max_new_tokens", 32)
         return cls(model, tokenizer, prompt, max_new_tokens=max_new_tokens, required_values=required_values)
+
+
+class SlotWavePredictor:
+    """The trained sidecar (`SlotPredictor`) behind the service's `Predictor` interface."""
+
+    def __init__(self, adapter_dir: str, profile: str = "cpu", max_new_tokens: int = 32, base_only: bool = False,
+                 required_values: bool = True):
+        if base_only:  # ablation: the same base, layer cut and prompts, without the adapter
+            from ooospec.models.adapters import read_frozen
+            from ooospec.sidecar.base import load_sidecar_base
+
+            record = read_frozen(Path(adapter_dir))
+            model, tokenizer = load_sidecar_base(profile, record["num_layers"])
+            self.predictor = SlotPredictor(model, tokenizer, SlotPromptConfig(**record["prompt"]),
+                                           max_new_tokens=max_new_tokens, required_values=required_values)
+        else:
+            self.predictor = SlotPredictor.from_frozen(Path(adapter_dir), profile, max_new_tokens,
+                                                       required_values=required_values)
+
+    def predict(self, request: Request, mode: str) -> Prediction:
+        wave = self.predictor.predict(request, mode)
+        return Prediction(call=wave.payload, rows=len(wave.rows),
+                          detail={"forwards": wave.forwards, "prefix_tokens": wave.prefix_tokens,
+                                  "dropped_slots": len(wave.dropped), "reason": wave.reason,
+                                  "predictor_latency_s": wave.latency_s})

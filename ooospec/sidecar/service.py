@@ -24,36 +24,10 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any
 
 from ooospec.data.request import Request
-
-MODES = ("wave", "wave_no_prefix_share", "sequential", "two_waves")  # = ooospec.sidecar.predictor.MODES
-
-
-@dataclass
-class Prediction:
-    """What a predictor returns for one request: the semantic call (or None) and wave timing."""
-
-    call: dict[str, Any] | str | None
-    rows: int = 0
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-class Predictor(Protocol):
-    def predict(self, request: Request, mode: str) -> Prediction: ...
-
-
-@dataclass
-class PredictorSpec:
-    """A picklable recipe: the sidecar process builds its predictor from it after start-up.
-
-    ``kind`` names a factory in `PREDICTOR_FACTORIES`; ``options`` are its keyword arguments.
-    """
-
-    kind: str
-    options: dict[str, Any] = field(default_factory=dict)
-
+from ooospec.sidecar.protocol import MODES, Predictor, PredictorSpec
 
 @dataclass
 class SidecarResult:
@@ -77,65 +51,6 @@ class SidecarResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class SlotWavePredictor:
-    """The trained sidecar (`SlotPredictor`) behind the service's `Predictor` interface."""
-
-    def __init__(self, adapter_dir: str, profile: str = "cpu", max_new_tokens: int = 32, base_only: bool = False,
-                 required_values: bool = True):
-        from pathlib import Path
-
-        from ooospec.sidecar.predictor import SlotPredictor
-
-        if base_only:  # ablation: the same base, layer cut and prompts, without the adapter
-            from ooospec.sidecar.base import load_sidecar_base
-            from ooospec.slots import SlotPromptConfig
-            from ooospec.train import read_frozen
-
-            record = read_frozen(Path(adapter_dir))
-            model, tokenizer = load_sidecar_base(profile, record["num_layers"])
-            self.predictor = SlotPredictor(model, tokenizer, SlotPromptConfig(**record["prompt"]),
-                                           max_new_tokens=max_new_tokens, required_values=required_values)
-        else:
-            self.predictor = SlotPredictor.from_frozen(Path(adapter_dir), profile, max_new_tokens,
-                                                       required_values=required_values)
-
-    def predict(self, request: Request, mode: str) -> Prediction:
-        wave = self.predictor.predict(request, mode)
-        return Prediction(call=wave.payload, rows=len(wave.rows),
-                          detail={"forwards": wave.forwards, "prefix_tokens": wave.prefix_tokens,
-                                  "dropped_slots": len(wave.dropped), "reason": wave.reason,
-                                  "predictor_latency_s": wave.latency_s})
-
-
-def _slot_factory(**options: Any) -> Predictor:
-    return SlotWavePredictor(**options)
-
-
-def _oracle_factory(calls: dict[str, dict[str, Any]], wave_s: float = 0.0) -> Predictor:
-    from ooospec.sidecar.oracle import OraclePredictor
-
-    return OraclePredictor(calls, wave_s=wave_s)
-
-
-def _fault_factory(**options: Any) -> Predictor:
-    from ooospec.sidecar.oracle import FaultyPredictor
-
-    return FaultyPredictor(**options)
-
-
-PREDICTOR_FACTORIES: dict[str, Callable[..., Predictor]] = {
-    "slot": _slot_factory,
-    "oracle": _oracle_factory,
-    "fault": _fault_factory,
-}
-
-
-def build_predictor(spec: PredictorSpec) -> Predictor:
-    if spec.kind not in PREDICTOR_FACTORIES:
-        raise ValueError(f"unknown sidecar predictor kind {spec.kind!r}; known: {sorted(PREDICTOR_FACTORIES)}")
-    return PREDICTOR_FACTORIES[spec.kind](**spec.options)
 
 
 def _run_job(predictor: Predictor, job: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +86,7 @@ def _serve(spec: PredictorSpec, jobs: Any, results: Any, threads: int | None,
     if threads:
         torch.set_num_threads(threads)
     try:
-        predictor = build_predictor(spec)
+        predictor = spec.build()
     except Exception as err:
         results.put({"ready": False, "error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()})
         return
@@ -265,6 +180,21 @@ class SidecarService:
                         "delay_s": self.delay_s})
         return SidecarTicket(self, request.id, submitted_at)
 
+    def result(self, request_id: str, submitted_at: float) -> "SidecarResult | None":
+        """Zero-timeout check for one request: its result, an error result (the worker died, or
+        the request is older than ``timeout_s``), or None (not yet)."""
+        self._drain()
+        result = self._results.pop(request_id, None)
+        if result is not None:
+            return result
+        now = time.monotonic()
+        if not self.alive:
+            code = getattr(self._worker, "exitcode", None)
+            return failed_result(request_id, submitted_at, f"sidecar worker died (exit code {code})", now)
+        if now - submitted_at > self.timeout_s:
+            return failed_result(request_id, submitted_at, f"sidecar timed out after {self.timeout_s:.1f} s", now)
+        return None
+
     def _drain(self) -> None:
         while True:
             try:
@@ -290,9 +220,13 @@ class SidecarService:
         return idle
 
 
+def failed_result(request_id: str, submitted_at: float, why: str, now: float) -> SidecarResult:
+    return SidecarResult(request_id=request_id, submitted_at=submitted_at, received_at=now, error=why)
+
+
 @dataclass
 class SidecarTicket:
-    """The decode loop's handle on one submitted request."""
+    """The decode loop's handle on one submitted request; the first answer is final."""
 
     service: SidecarService
     request_id: str
@@ -301,21 +235,9 @@ class SidecarTicket:
 
     def poll(self) -> SidecarResult | None:
         """Zero-timeout check: the result, an error result (crash / hang), or None (not yet)."""
-        if self._final is not None:
-            return self._final
-        self.service._drain()
-        result = self.service._results.pop(self.request_id, None)
-        if result is None:
-            now = time.monotonic()
-            if not self.service.alive:
-                code = getattr(self.service._worker, "exitcode", None)
-                result = self._failed(f"sidecar worker died (exit code {code})", now)
-            elif now - self.submitted_at > self.service.timeout_s:
-                result = self._failed(f"sidecar timed out after {self.service.timeout_s:.1f} s", now)
-            else:
-                return None
-        self._final = result
-        return result
+        if self._final is None:
+            self._final = self.service.result(self.request_id, self.submitted_at)
+        return self._final
 
     def wait(self, timeout_s: float | None = None) -> SidecarResult:
         """Block until the result is in: used only by the *blocking* ablation."""
@@ -325,10 +247,7 @@ class SidecarTicket:
             if result is not None:
                 return result
             if time.monotonic() > deadline:
-                self._final = self._failed("sidecar wait timed out", time.monotonic())
+                self._final = failed_result(self.request_id, self.submitted_at, "sidecar wait timed out",
+                                            time.monotonic())
                 return self._final
             time.sleep(0.002)
-
-    def _failed(self, why: str, now: float) -> SidecarResult:
-        return SidecarResult(request_id=self.request_id, submitted_at=self.submitted_at,
-                             received_at=now, error=why)

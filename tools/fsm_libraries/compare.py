@@ -43,7 +43,7 @@ import llguidance.hf  # noqa: E402
 import xgrammar as xgr  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from ooospec.bench import sample_requests  # noqa: E402
+from ooospec.bench.runner import sample_requests  # noqa: E402
 from ooospec.data.request import Call, read_requests  # noqa: E402
 from ooospec.decoding.base import DecodeContext, DecodeState  # noqa: E402
 from ooospec.decoding.scaffold import derive_scaffold, function_text, key_text  # noqa: E402

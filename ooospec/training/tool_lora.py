@@ -8,7 +8,7 @@ exactly one call, so the completion is the request's first gold call. After trai
 outputs on dev requests are parsed with the surface format and the parse rate is recorded next to
 the frozen adapter.
 
-CLI: ``python -m ooospec.tool_lora [--preset full|budget|smoke]``.
+CLI: ``python -m ooospec.training.tool_lora [--preset full|budget|smoke]``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import torch
 from ooospec.data.request import Call, Request
 from ooospec.paths import artifacts_dir
 from ooospec.stage import Stage, append_jsonl, canonical_json, config_key
-from ooospec.train import (TOOL_TARGET, AdapterRun, LoraTrainConfig, TrainExample, attach_lora, freeze_adapter,
-                           mean_completion_nll, read_frozen, save_loss_curve, tool_adapter_committed_dir,
-                           tool_adapter_pointer, train_lora, update_frozen_record)
+from ooospec.models.adapters import (TOOL_TARGET, freeze_adapter, read_frozen, tool_adapter_committed_dir, tool_adapter_pointer, update_frozen_record)
+from ooospec.training.lora import (AdapterRun, LoraTrainConfig, TrainExample, attach_lora, mean_completion_nll, save_loss_curve, train_lora)
+from ooospec.progress import progress_bar
 
 STAGE_NAME = "tool_lora"
 
@@ -86,7 +86,7 @@ def load_parts(cfg: ToolLoraConfig) -> ToolTargetParts:
     profile = load_profile(cfg.profile)
     role = profile.target(cfg.target)
     if cfg.base == "tiny":
-        from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+        from ooospec.models.tiny import tiny_model_and_tokenizer
 
         model, tokenizer = tiny_model_and_tokenizer(seed=cfg.lora.get("seed", 0))
         eos_id, info = tokenizer.eos_token_id, {"model": "tiny random llama (smoke)"}
@@ -137,13 +137,11 @@ def greedy_text(model: torch.nn.Module, tokenizer: Any, prompt: list[int], eos_i
 def evaluate_tool_target(parts: ToolTargetParts, requests: list[Request], max_new_tokens: int,
                          out_path: Path | None = None) -> dict[str, Any]:
     """Greedy outputs on ``requests``: how often they parse into a call, name a real tool, match gold."""
-    from tqdm import tqdm
-
     if out_path is not None and out_path.exists():
         out_path.unlink()
     parsed = valid = name_ok = exact = 0
     seconds = 0.0
-    for request in tqdm(requests, desc="tool target dev", unit="req"):
+    for request in progress_bar(requests, desc="tool target dev", unit="req"):
         start = time.perf_counter()
         text, n_new = greedy_text(parts.model, parts.tokenizer, parts.prompt_ids(request), parts.eos_id, max_new_tokens)
         seconds += time.perf_counter() - start

@@ -32,7 +32,6 @@ import gc
 import json
 import os
 import random
-import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,12 +39,14 @@ from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
-from ooospec.bench_methods import MethodSpec, method_budget, method_sources, parse_methods
-from ooospec.bench_oracle import CallDirectory, first_call
+from ooospec.bench.methods import MethodSpec, method_budget, method_sources, parse_methods
+from ooospec.bench.oracle_calls import CallDirectory, first_call
 from ooospec.data.request import Call, Request
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.verifier import TreeVerifier
+from ooospec.progress import progress_bar
+from ooospec.sequences import first_difference
 from ooospec.stage import Stage, config_key, read_jsonl
 
 STAGE_NAME = "results"
@@ -148,7 +149,7 @@ class ProfileTargets:
         pin = {"pypi_gguf": source.sha256, "hub": f"{source.repo}@{source.revision}", "local": source.path}
         parts = [str(pin.get(source.kind))]
         if role.adapter == "tool_lora":
-            from ooospec.train import ADAPTER_HASH_FILE, tool_adapter_path
+            from ooospec.models.adapters import ADAPTER_HASH_FILE, tool_adapter_path
 
             parts.append((Path(tool_adapter_path(self.profile.name)) / ADAPTER_HASH_FILE).read_text().strip())
         return config_key({"target": name, "weights": parts}, 8)
@@ -163,7 +164,7 @@ def find_sidecar_adapter(profile: str) -> Path | None:
     """The frozen sidecar adapter of ``profile``: the full preset's (the committed one), else the
     budget preset's. Other sidecar stages (layer sweeps, experiments) are never picked up silently;
     pass ``BenchConfig.sidecar_adapter`` to bench one of them."""
-    from ooospec.sidecar.training import find_finished, sidecar_config
+    from ooospec.training.sidecar import find_finished, sidecar_config
 
     for preset in ("full", "budget"):
         found = find_finished(sidecar_config(preset, profile))
@@ -193,7 +194,7 @@ class BenchPlan:
 def _adapter_sha(adapter: Path | None) -> str | None:
     if adapter is None:
         return None
-    from ooospec.train import ADAPTER_HASH_FILE
+    from ooospec.models.adapters import ADAPTER_HASH_FILE
 
     return (adapter / ADAPTER_HASH_FILE).read_text().strip()
 
@@ -203,7 +204,7 @@ def plan_bench(cfg: BenchConfig) -> BenchPlan:
     notes: list[str] = []
     adapter = Path(cfg.sidecar_adapter) if cfg.sidecar_adapter else find_sidecar_adapter(cfg.profile)
     if adapter is not None:
-        from ooospec.train import read_frozen
+        from ooospec.models.adapters import read_frozen
 
         read_frozen(adapter)  # refuses an adapter whose files changed since freezing
     sidecar = cfg.sidecar
@@ -278,8 +279,8 @@ class SidecarPool:
         return self.services[key]
 
     def _start(self, key: SidecarKey) -> Any:
-        from ooospec.decoding.out_of_order import oracle_sidecar, slot_sidecar
         from ooospec.sidecar.service import SidecarService
+        from ooospec.sidecar.specs import oracle_sidecar, slot_sidecar
 
         if key.kind in ("slot", "base_only"):
             spec = slot_sidecar(self.plan.adapter, self.cfg.profile, base_only=key.kind == "base_only",
@@ -302,14 +303,6 @@ class SidecarPool:
 
 
 # ---------------------------------------------------------------- one decode -> one record
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """Index of the first position where two token sequences differ (a length mismatch counts)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def hint_fields(bank: HintBank | None, trace: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -381,17 +374,14 @@ class SliceRunner:
         return self.pool.key(spec).kind if spec.uses_sidecar else None
 
     def shared_prefill(self, request: Request) -> Prefill:
-        prompt = self.target.prompt_ids(request)
-        start = time.perf_counter()
-        state, margin = self.verifier.prefill(prompt)
-        return Prefill(state, time.perf_counter() - start, margin)
+        return Prefill.measure(self.verifier, self.target.prompt_ids(request))
 
     def decode_one(self, spec: MethodSpec, sources: list, request: Request, max_new_tokens: int,
                    prefill: Prefill | None) -> DecodeResult:
         service = self.pool.service(spec)
         if service is not None:
             service.wait_idle()
-        result = decode(self.target, self.target.tokenizer, sources, request, max_new_tokens,
+        result = decode(self.target, sources, request, max_new_tokens,
                         method_budget(spec, self.target.name), prefill=prefill, verifier=self.verifier)
         if service is not None:
             service.wait_idle()  # outside timing: the next decode finds the sidecar free
@@ -400,19 +390,15 @@ class SliceRunner:
     def warm_up(self, requests: list[Request]) -> None:
         """Untimed decodes through every method with throwaway sources (first-call overheads,
         sidecar start-up and its first wave)."""
-        from tqdm import tqdm
-
-        for request in tqdm(requests, desc=f"warm-up {self.target.name}", unit="req", leave=False):
+        for request in progress_bar(requests, desc=f"warm-up {self.target.name}", unit="req", leave=False):
             for spec in self.plan.methods:
                 sources = method_sources(spec, self.pool.service(spec))
                 self.decode_one(spec, sources, request, min(self.cfg.max_new_tokens, 16), None)
 
     def run(self, benchmark: str, requests: list[Request]) -> list[dict[str, Any]]:
-        from tqdm import tqdm
-
         sources = {spec: method_sources(spec, self.pool.service(spec)) for spec in self.plan.methods}
         records: list[dict[str, Any]] = []
-        bar = tqdm(requests, desc=f"{self.target.name} / {benchmark}", unit="req")
+        bar = progress_bar(requests, desc=f"{self.target.name} / {benchmark}", unit="req")
         for position, request in enumerate(bar):
             ar: DecodeResult | None = None
             shared: Prefill | None = None
@@ -557,7 +543,7 @@ def run_cell(cfg: BenchConfig, target: str, benchmark: str, *, targets: TargetPr
              load_requests: Callable[[str], list[Request]] = load_benchmark) -> tuple[Path, list[dict[str, Any]]]:
     """One (target, benchmark) slice on its own -> (its slice file, its records).
 
-    The unit of work of `ooospec.sweep` (one Ray task each). It runs `_run_target`, the same code
+    The unit of work of `ooospec.bench.sweep` (one Ray task each). It runs `_run_target`, the same code
     as `run_bench`'s loop, for a single pending benchmark: same requests in file order, all
     methods interleaved, same slice file; only its warm-up requests are this benchmark's instead
     of the target's first pending one's (warm-up is untimed and leaves no state in the records).
@@ -577,19 +563,3 @@ def run_cell(cfg: BenchConfig, target: str, benchmark: str, *, targets: TargetPr
             _run_target(cfg, plan, stage, provider, target, fingerprint, [benchmark], files, samples, gold, cores)
     return path, list(read_jsonl(path))
 
-
-def load_records(cfg: BenchConfig, targets: TargetProvider | None = None) -> list[dict[str, Any]]:
-    """Finished records of ``cfg`` without running anything (missing slices are simply absent)."""
-    stage = bench_stage(cfg)
-    provider = targets or ProfileTargets(cfg.profile)
-    records = []
-    for name in cfg.targets:
-        try:
-            fingerprint = provider.fingerprint(name)
-        except FileNotFoundError:
-            continue
-        for benchmark in cfg.benchmarks:
-            path = slice_path(stage, name, fingerprint, benchmark)
-            if path.exists():
-                records.extend(read_jsonl(path))
-    return records

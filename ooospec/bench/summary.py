@@ -16,13 +16,15 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Iterable
 
 import pandas as pd
 
-from ooospec.bench import HELD_OUT_BENCHMARKS
+from ooospec.bench.methods import MethodSpec
+from ooospec.bench.runner import HELD_OUT_BENCHMARKS
+from ooospec.decoding.base import CREDITS, DRAFT_SOURCES
 
-DRAFT_SOURCES = ("fsm", "retrieval", "pld", "hint")
 KEYS = ["target", "benchmark", "request_id"]
 ARRIVAL_BUCKETS = ("first boundary", "boundaries 1-3", "boundary 4+", "not before finish", "rejected")
 
@@ -40,7 +42,7 @@ def frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
             "prefill_s": r["prefill_s"], "decode_s": r["decode_s"], "total_s": r["total_s"],
             "forwards": r["forwards"], "target_forwards": r["target_forwards"],
             "tree_size": r.get("mean_tree_size", 0.0),
-            **{f"acc_{s}": counts.get(s, 0) for s in (*DRAFT_SOURCES, "bonus")},
+            **{f"acc_{s}": counts.get(s, 0) for s in CREDITS},
             "hint_ready_round": hint.get("ready_round"), "hint_error": hint.get("error"),
             "payload_bytes": hint.get("payload_bytes") or None, "wave_s": hint.get("wave_s"),
         })
@@ -212,11 +214,11 @@ def ablation_label(method: str) -> str:
         return BASE_LABELS[method]
     if method in ABLATIONS:
         return ABLATIONS[method][1]
-    if method.startswith("ooospec:delay="):
-        return f"OoO-Spec, +{method.split('=', 1)[1]} s sidecar latency"
-    if ":budget=" in method:
-        base, budget = method.split(":budget=")
-        return f"{base}, {budget}-node trees"
+    spec = MethodSpec.parse(method)
+    if _delayed(spec):
+        return f"OoO-Spec, +{spec.delay_s:g} s sidecar latency"
+    if spec.budget is not None:
+        return f"{replace(spec, budget=None).name}, {spec.budget}-node trees"
     return method
 
 
@@ -237,11 +239,17 @@ def ablation_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     return table
 
 
+def _delayed(spec: MethodSpec) -> bool:
+    """OoO-Spec with injected sidecar latency and nothing else changed (the delay sweep)."""
+    return bool(spec.delay_s) and replace(spec, delay_s=0.0) == MethodSpec("ooospec")
+
+
 def _sweep_reference(method: str) -> str | None:
-    if method.startswith("ooospec:delay="):
+    spec = MethodSpec.parse(method)
+    if _delayed(spec):
         return "ooospec"
-    if ":budget=" in method:
-        return method.split(":budget=")[0]
+    if spec.budget is not None:
+        return replace(spec, budget=None).name
     return None
 
 
@@ -268,12 +276,10 @@ def delay_sweep(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     versus_ts = versus(records, "toolspec", by=("method",))
     rows = []
     for row in versus_ts.itertuples():
-        if row.method == "ooospec":
-            delay = 0.0
-        elif row.method.startswith("ooospec:delay="):
-            delay = float(row.method.split("=", 1)[1])
-        else:
+        spec = MethodSpec.parse(row.method)
+        if spec != MethodSpec("ooospec") and not _delayed(spec):
             continue
+        delay = spec.delay_s
         rows.append({"delay_s": delay, "method": row.method, "decode_vs_toolspec": row.decode_vs_toolspec,
                      "e2e_vs_toolspec": row.e2e_vs_toolspec})
     return pd.DataFrame(rows, columns=["delay_s", "method", "decode_vs_toolspec", "e2e_vs_toolspec"]).sort_values("delay_s")
@@ -296,13 +302,13 @@ def budget_sweep(records: Iterable[dict[str, Any]], default_nodes: int = 16) -> 
     table = method_table(records, by=("method",))
     rows = []
     for row in table.itertuples():
-        base, _, budget = row.method.partition(":budget=")
-        if ":" in base:
+        spec = MethodSpec.parse(row.method)
+        if replace(spec, budget=None) != MethodSpec(spec.base):
             continue
-        rows.append({"base": base, "nodes": int(budget) if budget else default_nodes, "method": row.method,
+        rows.append({"base": spec.base, "nodes": spec.budget or default_nodes, "method": row.method,
                      "decode_speedup": row.decode_speedup, "e2e_speedup": row.e2e_speedup, "mat": row.mat})
     out = pd.DataFrame(rows, columns=["base", "nodes", "method", "decode_speedup", "e2e_speedup", "mat"])
-    swept = {b for b, m in zip(out.base, out.method) if ":budget=" in m}
+    swept = {b for b, m in zip(out.base, out.method) if MethodSpec.parse(m).budget is not None}
     return out[out.base.isin(swept)].sort_values(["base", "nodes"])
 
 

@@ -17,21 +17,20 @@ sha256; `load_frozen_adapter` refuses an adapter whose files no longer match.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
-from tqdm import tqdm
+
+from ooospec.models.cache import expand_cache
+from ooospec.progress import progress_bar
 
 IGNORE_INDEX = -100
-ADAPTER_HASH_FILE = "adapter.sha256"
-FROZEN_FILE = "FROZEN.json"
 
 
 @dataclass
@@ -121,14 +120,6 @@ def _nll_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     target = labels[:, 1:]
     return torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
-
-
-def expand_cache(cache: Any, batch: int) -> Any:
-    """A new cache whose every layer repeats a batch-1 prefix ``batch`` times (views, no copy)."""
-    from transformers import DynamicCache
-
-    data = [(layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)) for layer in cache.layers]
-    return DynamicCache(ddp_cache_data=data)
 
 
 def length_groups(branches: list[Branch], ratio: float = 2.0) -> list[list[Branch]]:
@@ -349,7 +340,7 @@ def train_lora(model: torch.nn.Module, examples: list[TrainExample], cfg: LoraTr
     model.train()
     t0 = time.perf_counter() - elapsed
     tokens = sum(u.n_tokens for s in steps[:start] for u in s)
-    bar = tqdm(total=len(steps), initial=start, desc=desc, unit="step")
+    bar = progress_bar(total=len(steps), initial=start, desc=desc, unit="step")
     end = len(steps) if stop_after is None else min(len(steps), stop_after)
     for index in range(start, end):
         units = steps[index]
@@ -455,114 +446,18 @@ class AdapterRun:
         return self.adapter_dir.parent / name
 
 
-def commit_run(run_dir: Path, target: Path,
-               side_files: Iterable[str] = ("loss.json", "loss.png", "counts.json", "config.json",
-                                            "dev_predictions.jsonl", "dev_outputs.jsonl",
-                                            "rows_train_sample.jsonl", "rows_dev_sample.jsonl")) -> Path:
-    """Copy a finished stage's adapter and side files to ``target`` (under artifacts/committed/)."""
-    import shutil
+def loss_curves_figure(runs: dict[str, AdapterRun]):
+    """One panel per trained adapter: the loss of every optimizer step and its running mean."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
 
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    shutil.copytree(run_dir / "adapter", target / "adapter")
-    for name in side_files:
-        if (run_dir / name).exists():
-            shutil.copy2(run_dir / name, target / name)
-    read_frozen(target / "adapter")  # the copy must still verify
-    return target
-
-
-def directory_sha256(path: Path, exclude: Iterable[str] = (ADAPTER_HASH_FILE, FROZEN_FILE)) -> str:
-    """sha256 over the sorted (name, bytes) of every file in an adapter directory."""
-    digest = hashlib.sha256()
-    skip = set(exclude)
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name not in skip):
-        digest.update(file.relative_to(path).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(file.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def freeze_adapter(model: torch.nn.Module, out_dir: Path, record: dict[str, Any]) -> str:
-    """Save the adapter, its sha256 and a record (config, dev metrics, provenance); return the hash."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out_dir))
-    sha = directory_sha256(out_dir)
-    (out_dir / ADAPTER_HASH_FILE).write_text(sha + "\n")
-    (out_dir / FROZEN_FILE).write_text(json.dumps({**record, "sha256": sha}, indent=2, default=str))
-    return sha
-
-
-def update_frozen_record(adapter_dir: Path, **fields: Any) -> dict[str, Any]:
-    """Add fields (e.g. dev metrics measured after freezing) to the record; the hashed files stay."""
-    record = read_frozen(adapter_dir)
-    record.update(fields)
-    (adapter_dir / FROZEN_FILE).write_text(json.dumps(record, indent=2, default=str))
-    return record
-
-
-def read_frozen(adapter_dir: Path) -> dict[str, Any]:
-    """The freeze record of an adapter, after checking its files against the stored sha256."""
-    hash_file = adapter_dir / ADAPTER_HASH_FILE
-    if not hash_file.exists():
-        raise FileNotFoundError(f"{adapter_dir}: no {ADAPTER_HASH_FILE}; not a frozen adapter")
-    expected = hash_file.read_text().strip()
-    actual = directory_sha256(adapter_dir)
-    if actual != expected:
-        raise ValueError(f"{adapter_dir}: adapter files changed since freezing "
-                         f"(sha256 {actual} != recorded {expected}); retrain or restore them")
-    return json.loads((adapter_dir / FROZEN_FILE).read_text())
-
-
-def load_frozen_adapter(base: torch.nn.Module, adapter_dir: Path, merge: bool = False) -> torch.nn.Module:
-    """Attach a verified frozen adapter to ``base`` (optionally merged into the weights)."""
-    from peft import PeftModel
-
-    read_frozen(adapter_dir)
-    model = PeftModel.from_pretrained(base, str(adapter_dir))
-    model.eval()
-    return model.merge_and_unload() if merge else model
-
-
-# ---------------------------------------------------------------- the tool target's adapter
-
-TOOL_TARGET = "smollm2-135m-tool"
-TOOL_ADAPTER_HOW = ("train it first: run notebooks/02_sidecar.ipynb (`make notebooks`), "
-                    "or `python -m ooospec.tool_lora --preset full` (budget: `--preset budget`)")
-
-
-def tool_adapter_committed_dir() -> Path:
-    from ooospec.paths import artifacts_dir
-
-    return artifacts_dir() / "committed" / "adapters" / TOOL_TARGET / "adapter"
-
-
-def tool_adapter_pointer(profile: str) -> Path:
-    """A file naming the adapter the last tool-LoRA training of ``profile`` produced."""
-    from ooospec.paths import artifact_path
-
-    return artifact_path("tool_lora", f"latest-{profile}.json")
-
-
-def tool_adapter_path(profile: str = "cpu") -> Path:
-    """The frozen tool-calling adapter of the SmolLM2 target: the latest trained here, else the committed one.
-
-    Raises `FileNotFoundError` naming the stage that makes it when neither exists; an adapter
-    whose files do not match its sha256 is refused by `read_frozen`.
-    """
-    from ooospec.models.registry import Profile, load_profile
-
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
-    profile = prof.name
-    pointer = tool_adapter_pointer(profile)
-    candidates = []
-    if pointer.exists():
-        candidates.append(Path(json.loads(pointer.read_text())["adapter"]))
-    candidates.append(tool_adapter_committed_dir())
-    for path in candidates:
-        if (path / ADAPTER_HASH_FILE).exists():
-            record = read_frozen(path)
-            if record.get("profile", profile) in prof.lineage:
-                return path
-    raise FileNotFoundError(f"no tool-calling adapter for {TOOL_TARGET!r} (profile {profile!r}) under "
-                            f"{[str(c) for c in candidates]}; {TOOL_ADAPTER_HOW}")
+    fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 3.6), squeeze=False)
+    for ax, (name, run) in zip(axes[0], runs.items()):
+        log = pd.DataFrame(run.loss_log)
+        ax.plot(log.step, log.loss, lw=0.8, alpha=0.5, label="step")
+        ax.plot(log.step, log.loss.rolling(max(1, len(log) // 15), min_periods=1).mean(), lw=1.8, label="running mean")
+        ax.set(title=f"{name}: LoRA training loss", xlabel="optimizer step", ylabel="completion NLL (nats/token)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    return fig

@@ -18,11 +18,16 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from ooospec.bench import HELD_OUT_BENCHMARKS
+from ooospec.bench.methods import MethodSpec
+from ooospec.bench.runner import HELD_OUT_BENCHMARKS
+from ooospec.decoding.base import CREDITS
 
+# one colour and one label per credit (`CREDITS` order), used by every figure and by the
+# token attribution of `ooospec.bench.attribution`
 SOURCE_COLORS = {"fsm": "#4c72b0", "retrieval": "#dd8452", "pld": "#8172b3", "hint": "#2ca02c", "bonus": "#bdbdbd"}
 SOURCE_LABELS = {"fsm": "schema FSM", "retrieval": "call retrieval", "pld": "prompt lookup", "hint": "sidecar hint",
                  "bonus": "target's own token (no draft)"}
+assert tuple(SOURCE_COLORS) == tuple(SOURCE_LABELS) == CREDITS
 PHASE_COLORS = {"prefill": "#525252", "queue": "#fdd0a2", "wave": "#e6550d", "transfer": "#fdae6b"}
 METHOD_COLORS = {"ar": "#969696", "pld": "#8172b3", "toolspec": "#4c72b0", "ooospec": "#2ca02c"}
 
@@ -233,7 +238,7 @@ def timelines_figure(picks: dict[str, list[dict[str, Any]]], title: str = "Per-r
 def arrival_figure(arrivals: pd.DataFrame, title: str = "Where the hint joined decoding") -> Figure:
     """Left: the boundary index that first saw the hint (histogram stacked over target x benchmark,
     so a bar's height counts every request); right: every request's outcome, per target and benchmark."""
-    from ooospec.bench_summary import ARRIVAL_BUCKETS
+    from ooospec.bench.summary import ARRIVAL_BUCKETS
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.1]})
     def label(df: pd.DataFrame) -> pd.Series:
@@ -273,7 +278,7 @@ def ablation_bars(table: pd.DataFrame, metric: str = "decode_speedup", title: st
     what = "decode phase" if "decode" in metric else "end to end"
     rows = table.dropna(subset=[metric])
     fig, ax = plt.subplots(figsize=(8, 0.38 * len(rows) + 1.5))
-    colors = [_method_color(m.split(":")[0], i) for i, m in enumerate(rows.method)]
+    colors = [_method_color(MethodSpec.parse(m).base, i) for i, m in enumerate(rows.method)]
     bars = ax.barh([f"{m}  ({v})" for m, v in zip(rows.method, rows.variant)], rows[metric], color=colors)
     ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
     ax.axvline(1.0, color="black", lw=0.8, ls="--")
@@ -281,7 +286,7 @@ def ablation_bars(table: pd.DataFrame, metric: str = "decode_speedup", title: st
     reference = "AR" if metric.endswith("speedup") else metric.rsplit("_vs_", 1)[-1]
     ax.set_xlabel(f"speedup over {reference}, {what} (x)")
     ax.set_title(title or f"Ablations: speedup over {reference} ({what})")
-    bases = dict.fromkeys(m.split(":")[0] for m in rows.method)
+    bases = dict.fromkeys(MethodSpec.parse(m).base for m in rows.method)
     ax.legend(handles=[Patch(color=_method_color(b, i), label=b) for i, b in enumerate(bases)], fontsize=8,
               loc="upper left", bbox_to_anchor=(1.01, 1.0), title="method base")
     fig.tight_layout()
@@ -335,5 +340,71 @@ def source_shares_figure(records: Iterable[dict[str, Any]], title: str = "Who su
     ax.set_xlim(0, 1)
     ax.set_title(title)
     ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- the ToolSpec study (notebook 03)
+
+
+def cost_curve_figure(curve: pd.DataFrame, chosen: dict[str, int] | None = None) -> Figure:
+    """Forward time over one-token-step time against tree size, one line per target; the chosen
+    default budget of each target is marked."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for i, (target, sub) in enumerate(curve.groupby("target", sort=False)):
+        color = plt.get_cmap("tab10")(i)
+        ax.plot(sub["nodes"], sub["min_ratio"], "o-", color=color, label=f"{target} (min of repeats)")
+        ax.plot(sub["nodes"], sub["ratio"], "o--", color=color, alpha=0.45, label=f"{target} (median)")
+        if chosen and target in chosen:
+            ax.axvline(chosen[target], color=color, lw=0.8, ls=":")
+    ax.plot([0, curve["nodes"].max()], [1, 1 + curve["nodes"].max()], color="black", lw=0.6, ls=":",
+            label="one step per node (sequential)")
+    ax.set_ylim(0, max(curve["ratio"].max(), curve["min_ratio"].max()) * 1.15)
+    ax.set_xlabel("draft nodes in the tree (forward rows = nodes + 1)")
+    ax.set_ylabel("verify forward time / one-token step (x)")
+    ax.set_title("Verify cost on CPU (fp32): what a tree node costs")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def method_bars(summary: pd.DataFrame, metrics: tuple[str, ...] = ("MAT", "decode speedup (mean)",
+                                                                   "e2e speedup (mean)")) -> Figure:
+    """One panel per metric: bars per benchmark and method, a group per target."""
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 3.8), squeeze=False)
+    summary = summary.assign(group=summary["target"].str.split("-").str[0] + "\n" + summary["benchmark"]
+                             .str.replace("eval_", "", regex=False))
+    groups = list(dict.fromkeys(summary["group"]))
+    methods = list(dict.fromkeys(summary["method"]))
+    width = 0.8 / len(methods)
+    for ax, metric in zip(axes[0], metrics):
+        for i, method in enumerate(methods):
+            values = [summary[(summary.group == g) & (summary.method == method)][metric].mean() for g in groups]
+            x = np.arange(len(groups)) + (i - (len(methods) - 1) / 2) * width
+            bars = ax.bar(x, values, width, label=method, color=METHOD_COLORS.get(method, f"C{i}"))
+            ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
+        ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        ax.set_xticks(np.arange(len(groups)))
+        ax.set_xticklabels(groups, fontsize=7)
+        ax.set_ylabel(metric + (" (tokens / forward)" if metric == "MAT" else " (x over AR)"))
+        ax.set_xlabel("target / benchmark")
+        ax.set_title(metric)
+    axes[0][0].legend(title="method", fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def budget_figure(sweep: pd.DataFrame) -> Figure:
+    """ToolSpec's MAT and decode speedup against its node budget."""
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for i, (name, sub) in enumerate(sweep.groupby(["target", "benchmark"], sort=False)):
+        label = " / ".join(name).replace("eval_", "")
+        ax.plot(sub["budget"], sub["decode speedup (mean)"], "o-", color=f"C{i}", label=f"{label}: decode speedup")
+        ax.plot(sub["budget"], sub["MAT"], "s--", color=f"C{i}", alpha=0.6, label=f"{label}: MAT")
+    ax.axhline(1.0, color="black", lw=0.8, ls=":")
+    ax.set_xlabel("tree budget (draft nodes = depth limit)")
+    ax.set_ylabel("x over AR / tokens per forward")
+    ax.set_title("ToolSpec: acceptance grows with the budget, speed does not")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

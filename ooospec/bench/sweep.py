@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ooospec.bench import (BenchConfig, TargetProvider, assemble_records, bench_stage, load_benchmark, plan_bench,
+from ooospec.bench.runner import (BenchConfig, TargetProvider, assemble_records, bench_stage, load_benchmark, plan_bench,
                            run_cell, slice_path, write_slice)
-from ooospec.bench_methods import ablation_methods
+from ooospec.bench.methods import ablation_methods
 from ooospec.data.request import Request
 from ooospec.paths import REPO_ROOT, artifacts_dir
 
@@ -174,7 +174,7 @@ class CellResult:
 def plan_cells(configs: dict[str, BenchConfig], targets: TargetProvider | None = None
                ) -> tuple[list[Cell], list[CellOutcome], dict[str, str]]:
     """Pending cells, the cells whose slice exists (skipped) and the targets that cannot run."""
-    from ooospec.bench import ProfileTargets
+    from ooospec.bench.runner import ProfileTargets
 
     pending, finished, skipped_targets = [], [], {}
     for label, cfg in configs.items():
@@ -400,7 +400,7 @@ def run_cells(executor: str, configs: dict[str, BenchConfig], **options: Any) ->
 def main(argv: list[str] | None = None) -> int:
     import yaml
 
-    parser = argparse.ArgumentParser(prog="python -m ooospec.sweep", description=(
+    parser = argparse.ArgumentParser(prog="python -m ooospec.bench.sweep", description=(
         "Run the bench's and the ablations' cells as Ray tasks (RAY_ADDRESS, else a local Ray instance)."))
     parser.add_argument("--profile", default=os.environ.get("OOOSPEC_PROFILE", "cpu"))
     parser.add_argument("--params", default="{}", help="YAML overrides of the notebooks' parameters, "

@@ -27,11 +27,12 @@ from ooospec.data.request import Request
 from ooospec.paths import artifacts_dir
 from ooospec.sidecar.metrics import score_to_dict, score_wave, summarize
 from ooospec.sidecar.predictor import SlotPredictor, encode
-from ooospec.slots import (CallSelection, SlotPromptConfig, SlotRow, build_rows, calls_from_gold, calls_from_traces,
+from ooospec.sidecar.slots import (CallSelection, SlotPromptConfig, SlotRow, build_rows, calls_from_gold, calls_from_traces,
                            request_prefix, row_counts, write_rows)
 from ooospec.stage import Stage, append_jsonl, config_key
-from ooospec.train import (AdapterRun, Branch, LoraTrainConfig, TrainExample, attach_lora, freeze_adapter,
-                           mean_completion_nll, read_frozen, save_loss_curve, train_lora, update_frozen_record)
+from ooospec.models.adapters import freeze_adapter, read_frozen, update_frozen_record
+from ooospec.training.lora import (AdapterRun, Branch, LoraTrainConfig, TrainExample, attach_lora, mean_completion_nll, save_loss_curve, train_lora)
+from ooospec.progress import progress_bar
 
 STAGE_NAME = "sidecar"
 SAMPLE_REQUESTS = 3  # rows of this many requests per split are kept with a committed adapter
@@ -43,7 +44,7 @@ class SidecarConfig:
 
     profile: str = "cpu"
     base: str = "profile"  # "profile": the profile's sidecar_base role; "tiny": a random 2-layer model (smoke)
-    num_layers: int | None = None  # all 30: a cut SmolLM2 is far from calibrated (see sidecar.sweep)
+    num_layers: int | None = None  # all 30: a cut SmolLM2 is far from calibrated (see `read_layer_sweep`)
     train_requests: int | None = 200
     dev_requests: int | None = 60
     calls: str = "teacher+gold"  # see `select_calls`: "teacher", "teacher+gold" or "gold"
@@ -66,6 +67,32 @@ def committed_adapters_dir() -> Path:
     return artifacts_dir() / "committed" / "adapters"
 
 
+LAYER_SWEEP_FILE = "sidecar-layer-sweep.json"
+
+
+def read_layer_sweep(path: Path | None = None) -> dict[str, Any] | None:
+    """The committed measurement behind the default depth: per kept-layer count k, dev metrics,
+    training throughput and wave latency of an adapter trained on the cut base, and the untrained
+    cut base's completion NLL (``rows``, ``untrained``, ``base_config``); None when absent."""
+    path = path or committed_adapters_dir() / LAYER_SWEEP_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def layer_sweep_figure(sweep: dict[str, Any]):
+    """The untrained cut base's slot-row NLL per kept-layer count (how far from calibrated a cut is)."""
+    import matplotlib.pyplot as plt
+
+    untrained = sweep["untrained"]
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.bar([str(u["num_layers"]) for u in untrained], [u["untrained_completion_nll"] for u in untrained],
+           color="tab:gray")
+    ax.set(title="Cut SmolLM2 before training: slot-row NLL by kept layers", xlabel="decoder layers kept (k)",
+           ylabel="completion NLL (nats/token)")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 # ---------------------------------------------------------------- inputs
 
 
@@ -85,7 +112,7 @@ def teacher_traces(requests: list[Request], profile: str) -> tuple[list[dict[str
     Only traces that already exist are used: tracing is the teacher stage's job (10-20 s per
     request on CPU), never a side effect of training the sidecar.
     """
-    from ooospec.teacher import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, committed_records, profile_teacher_settings
+    from ooospec.training.teacher import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, committed_records, profile_teacher_settings
 
     committed = committed_records(profile_teacher_settings(profile, DEFAULT_MAX_NEW_TOKENS, DEFAULT_BATCH_SIZE))
     records = [committed[(r.id, r.prompt_hash)] for r in requests if (r.id, r.prompt_hash) in committed]
@@ -163,7 +190,7 @@ def drop_long_prefixes(requests: dict[str, Request], selection: CallSelection, t
 
 def load_base(cfg: SidecarConfig) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
     if cfg.base == "tiny":
-        from ooospec.sidecar.tiny import tiny_model_and_tokenizer
+        from ooospec.models.tiny import tiny_model_and_tokenizer
 
         model, tokenizer = tiny_model_and_tokenizer(seed=cfg.lora.get("seed", 0))
         return model, tokenizer, {"model": "tiny random llama (smoke)", "num_layers": model.config.num_hidden_layers}
@@ -193,12 +220,10 @@ def find_finished(cfg: SidecarConfig) -> AdapterRun | None:
 def evaluate_dev(predictor: SlotPredictor, requests: dict[str, Request], selection: CallSelection,
                  out_path: Path | None = None) -> dict[str, Any]:
     """Wave predictions on the fixed dev subset, scored against the kept calls."""
-    from tqdm import tqdm
-
     scores = []
     if out_path is not None and out_path.exists():
         out_path.unlink()
-    for kept in tqdm(selection.kept, desc="sidecar dev", unit="req"):
+    for kept in progress_bar(selection.kept, desc="sidecar dev", unit="req"):
         request = requests[kept.request_id]
         result = predictor.predict_wave(request)
         score = score_wave(request, kept.call, result)

@@ -21,15 +21,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
-from tqdm.auto import tqdm
 
 from ooospec.data.request import Call, Request
+from ooospec.decoding.loop import decode
+from ooospec.decoding.toolspec import ToolSpec
+from ooospec.decoding.tree import TreeBudget
 from ooospec.models.formats import get_surface
 from ooospec.models.registry import load_profile
 from ooospec.models.surface import SurfaceFormat
 from ooospec.models.target import TargetModel, load_role
 from ooospec.paths import artifacts_dir
 from ooospec.stage import Stage, append_jsonl, canonical_json, done_ids, read_jsonl
+from ooospec.progress import progress_bar
 
 TRACES_FILE = "traces.jsonl"
 DEFAULT_LIMIT = 48  # requests per split in the 30-minute cpu budget; committed traces cover more
@@ -146,17 +149,19 @@ def generate_greedy(teacher: TargetModel, prompts: list[list[int]], max_new_toke
     return generations
 
 
+# ToolSpec's default tree budget on both cpu targets: the budget changes the teacher's speed only,
+# never its text (the engine is lossless), so it is not part of the trace settings
+TRACE_BUDGET = TreeBudget(max_nodes=16, max_depth=16)
+
+
 def trace_with_engine(teacher: TargetModel, sources: list[Any], request: Request, max_new_tokens: int) -> Generation:
     """The teacher's greedy answer through the lossless engine (ToolSpec drafts, batch 1).
 
-    Identical to plain greedy decoding token for token (the engine's tested property; a test
-    re-derives committed traces with AR), only faster: tool-call scaffolds and repeated calls
-    are verified several tokens per forward. ``sources`` persist across requests, so call
-    retrieval learns from the teacher's earlier calls."""
-    from ooospec.decoding.loop import decode
-    from ooospec.decoding.methods import default_budget
-
-    result = decode(teacher, None, sources, request, max_new_tokens, default_budget(teacher.name))
+    Identical to plain greedy decoding in fp32, and up to near-ties of the logits in bf16 (the
+    engine's tested property; a test re-derives committed traces with AR), only faster: tool-call
+    scaffolds and repeated calls are verified several tokens per forward. ``sources`` persist
+    across requests, so call retrieval learns from the teacher's earlier calls."""
+    result = decode(teacher, sources, request, max_new_tokens, TRACE_BUDGET)
     ids = list(result.output_ids)
     stopped = bool(ids) and ids[-1] in teacher.eos_token_ids
     new = ids[:-1] if stopped else ids
@@ -367,12 +372,8 @@ def run_teacher(
     todo = length_windows(todo, lambda r: len(prompts[r.id]), window=8 * batch_size)
     generated, tokens, seconds = 0, 0, 0.0
     step = settings["batch_size"]
-    sources = None
-    if todo and decoder == "toolspec":
-        from ooospec.decoding.methods import build_sources
-
-        sources = build_sources("toolspec")
-    bar = tqdm(total=len(todo), desc=f"teacher {split}", unit="req")
+    sources = [ToolSpec()] if todo and decoder == "toolspec" else None
+    bar = progress_bar(total=len(todo), desc=f"teacher {split}", unit="req")
     for start in range(0, len(todo), step):
         batch = todo[start:start + step]
         began = time.perf_counter()
@@ -456,22 +457,6 @@ def load_traces(split: str = "train", profile: str = "cpu", limit: int | None = 
     from ooospec.data import load_split
 
     return run_teacher(load_split(split), split=split, profile=profile, limit=limit, **kwargs).records
-
-
-def committed_traces(split: str = "train", profile: str = "cpu", max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                     batch_size: int = DEFAULT_BATCH_SIZE) -> list[dict[str, Any]]:
-    """Every committed teacher record for the split's current requests, in subset order; generates nothing.
-
-    The largest trace set available without running the teacher: what the sidecar stage trains on
-    by default (`load_traces` with a ``limit`` traces whatever is missing instead).
-    """
-    from ooospec.data import load_split
-
-    settings = profile_teacher_settings(profile, max_new_tokens, batch_size)
-    committed = committed_records(settings)
-    surface = get_surface(settings["surface"])
-    return [judged(committed[(r.id, r.prompt_hash)], r, surface.for_request(r)) for r in subset(load_split(split), None)
-            if (r.id, r.prompt_hash) in committed]
 
 
 def code_commit() -> str | None:
@@ -570,7 +555,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.commit and records:
         config = json.loads(stage.path("config.json").read_text())
         where = commit_traces(records, args.commit, config, {
-            "made_by": f"python -m ooospec.teacher {' '.join(argv or __import__('sys').argv[1:])}",
+            "made_by": f"python -m ooospec.training.teacher {' '.join(argv or __import__('sys').argv[1:])}",
             "stage_dir": str(stage.dir.relative_to(artifacts_dir())),
             "complete": stage.done,
         })

@@ -14,18 +14,17 @@ prefill work; ``share_prefill=False`` runs it per method.
 from __future__ import annotations
 
 import random
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
-from tqdm.auto import tqdm
-
+from ooospec.bench.methods import MethodSpec, method_sources
 from ooospec.data.request import Request
 from ooospec.decoding.base import DraftSource
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
-from ooospec.decoding.methods import build_sources
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
+from ooospec.progress import progress_bar
+from ooospec.sequences import first_difference
 
 NEAR_TIE_GAP = 1e-3  # logit gap under which fp32 summation order can flip a greedy choice
 NEAR_TIE_GAPS = {"float32": NEAR_TIE_GAP, "bfloat16": 0.5, "float16": 0.05}  # bf16: 2 ulps of a logit in [32, 64)
@@ -44,11 +43,11 @@ def near_tie_gap(dtype: Any) -> float:
 
 @dataclass
 class MethodRun:
-    """One method of a comparison: its label, source factory options and tree budget."""
+    """One method of a comparison: its label, the method, and a tree budget that overrides the
+    method's own (the budget sweep sets the depth limit to the node budget)."""
 
     label: str
-    method: str
-    options: dict[str, Any] = field(default_factory=dict)
+    spec: MethodSpec
     budget: TreeBudget | None = None
 
 
@@ -60,20 +59,13 @@ def select_slice(requests: list[Request], n: int, seed: int = 0) -> list[Request
     return [requests[i] for i in picked]
 
 
-def first_mismatch(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def _record(result: DecodeResult, request: Request, label: str, target: str, ar: DecodeResult | None,
             tie_gap: float = NEAR_TIE_GAP) -> dict:
     record = result.to_record()
     del record["trace"], record["text"]
     record.update(method=label, target=target, benchmark=request.benchmark)
     if ar is not None:
-        at = first_mismatch(ar.output_ids, result.output_ids)
+        at = first_difference(ar.output_ids, result.output_ids)
         record["identical_to_ar"] = at is None
         record["mismatch_at"] = at
         gap = ar.margins[at] if at is not None and at < len(ar.margins) else None
@@ -98,22 +90,19 @@ def compare_methods(
     ``identical_to_ar``, ``mismatch_at``, ``ar_gap_at_mismatch`` and ``near_tie``.
     """
     verifier = TreeVerifier(target.model, target.eos_token_ids, track_margins=True)
-    sources: dict[str, list[DraftSource]] = {run.label: build_sources(run.method, **run.options) for run in runs}
+    sources: dict[str, list[DraftSource]] = {run.label: method_sources(run.spec) for run in runs}
     records: list[dict[str, Any]] = []
     requests = list(requests)
-    for request in tqdm(requests, desc=f"{target.name}", disable=not progress):
+    for request in progress_bar(requests, desc=f"{target.name}", disable=not progress):
         prefill = None
         if share_prefill:
-            prompt_ids = list(target.prompt_ids(request))
-            start = time.perf_counter()
-            state, margin = verifier.prefill(prompt_ids)
-            prefill = Prefill(state, time.perf_counter() - start, margin)
-        ar = decode(target, None, [], request, max_new_tokens, budget, prefill=prefill, verifier=verifier)
+            prefill = Prefill.measure(verifier, target.prompt_ids(request))
+        ar = decode(target, [], request, max_new_tokens, budget, prefill=prefill, verifier=verifier)
         records.append(_record(ar, request, "ar", target.name, None))
         for run in runs:
-            if run.method == "ar":
+            if run.spec.base == "ar":
                 continue
-            result = decode(target, None, sources[run.label], request, max_new_tokens, run.budget or budget,
+            result = decode(target, sources[run.label], request, max_new_tokens, run.budget or budget,
                             prefill=prefill, verifier=verifier)
             records.append(_record(result, request, run.label, target.name, ar, near_tie_gap(verifier.dtype)))
     return records

@@ -11,8 +11,8 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
-SOURCE_COLORS = {"hint": "#d62728", "fsm": "#1f77b4", "retrieval": "#2ca02c", "pld": "#9467bd",
-                 "bonus": "#7f7f7f"}
+from ooospec.bench.plots import SOURCE_COLORS
+
 
 
 @dataclass

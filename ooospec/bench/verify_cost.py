@@ -1,7 +1,7 @@
 """The verify-cost curve: how much one target forward costs as the tree grows.
 
 A tree of n draft nodes is verified by one forward over 1 + n rows. On a GPU that is nearly free
-up to a few dozen rows; on CPU it is not (the DESIGN notes 2.5x a one-token step for 16 nodes
+up to a few dozen rows; on CPU it is not (measured here: about 2.5x a one-token step for 16 nodes
 on Qwen2.5-Coder-0.5B), which is what sizes the tree budget: a node pays off only if its
 acceptance probability beats its share of the extra cost. The measured forward is the verifier's
 own (`TreeVerifier.forward_tree`) on a random trie of the given size, rolled back after each

@@ -27,7 +27,6 @@ FUNCTION_INDEX = "function_index"
 ARGUMENT = "argument"
 DIRECT_CALL = "direct_call"
 ROW_KINDS = (FUNCTION_INDEX, ARGUMENT, DIRECT_CALL)
-ONLINE_KINDS = (FUNCTION_INDEX, ARGUMENT)
 
 # the paper's slot-row totals (section 3), reported next to ours
 PAPER_ROW_COUNTS = {"train": 75_567, "dev": 3_239}

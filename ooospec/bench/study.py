@@ -15,16 +15,16 @@ from typing import Any
 
 import torch
 
+from ooospec.bench.methods import MethodSpec, default_budget
 from ooospec.data import load_split
-from ooospec.decoding.cost import verify_cost_curve
-from ooospec.decoding.evaluate import MethodRun, compare_methods, select_slice
-from ooospec.decoding.methods import default_budget
+from ooospec.bench.verify_cost import verify_cost_curve
+from ooospec.bench.compare import MethodRun, compare_methods, select_slice
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
 from ooospec.stage import Stage, read_jsonl
 
 STUDY_VERSION = 2  # bump when a record's meaning or the drafting changes
-DEFAULT_RUNS = (MethodRun("pld", "pld"), MethodRun("toolspec", "toolspec"))
+DEFAULT_RUNS = (MethodRun("pld", MethodSpec("pld")), MethodRun("toolspec", MethodSpec("toolspec")))
 
 
 @lru_cache(maxsize=4)
@@ -60,7 +60,8 @@ def method_slice(target_name: str, benchmark: str, *, profile: str = "cpu", requ
         "version": STUDY_VERSION, "profile": profile, "target": target_name, "benchmark": _split_name(benchmark),
         "requests": requests, "seed": seed, "max_new_tokens": max_new_tokens, "threads": threads,
         "budget": _budget_dict(budget),
-        "runs": [{"label": r.label, "method": r.method, "options": r.options,
+        # "options" stays in the key (always empty) so that finished slices keep their directory
+        "runs": [{"label": r.label, "method": r.spec.name, "options": {},
                   "budget": _budget_dict(r.budget) if r.budget else None} for r in runs],
     }
     stage = Stage("toolspec_study", config)
@@ -108,7 +109,7 @@ def cost_curve(target_name: str, *, profile: str = "cpu", benchmark: str = "apib
 
 def budget_runs(budgets: list[int]) -> tuple[MethodRun, ...]:
     """ToolSpec at several node budgets (depth limit = node budget)."""
-    return tuple(MethodRun(f"toolspec@{b}", "toolspec", budget=TreeBudget(b, b)) for b in budgets)
+    return tuple(MethodRun(f"toolspec@{b}", MethodSpec("toolspec"), budget=TreeBudget(b, b)) for b in budgets)
 
 
 ARITHMETIC_OPTIONS = (  # (profile, attention): fp32, bf16 (the cpu default), bf16 with eager attention
@@ -123,7 +124,7 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
 
     The options differ only in numerics or kernels; whether one may be used is decided by the
     lossless audit (every method identical to AR in the same arithmetic), not here."""
-    from ooospec.decoding.cost import measure_arithmetic
+    from ooospec.bench.verify_cost import measure_arithmetic
 
     config = {"version": STUDY_VERSION, "targets": list(target_names), "options": [list(o) for o in options],
               "threads": list(threads), "benchmark": _split_name(benchmark), "repeats": repeats, "rows": list(rows)}
@@ -163,7 +164,7 @@ def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int
     requests of each benchmark; records carry the AR top-2 gap at any first mismatch."""
     config = {"version": STUDY_VERSION, "profile": profile, "target": target_name, "per_benchmark": per_benchmark,
               "seed": seed, "max_new_tokens": max_new_tokens,
-              "runs": [{"label": r.label, "method": r.method, "options": r.options} for r in runs]}
+              "runs": [{"label": r.label, "method": r.spec.name} for r in runs]}
     stage = Stage("lossless_audit", config)
     path = stage.path("records.jsonl")
     if stage.done:

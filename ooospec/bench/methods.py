@@ -22,11 +22,10 @@ The bench and the ablations name every variant as a string, so a notebook parame
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ooospec.decoding.base import DecodeContext, DecodeState, Draft, DraftSource
-from ooospec.decoding.methods import default_budget
 from ooospec.decoding.out_of_order import DEFAULT_HINT_TOKENS, ooospec_budget, ooospec_sources
 from ooospec.decoding.pld import PromptLookup
 from ooospec.decoding.retrieval import CallRetrieval
@@ -39,6 +38,24 @@ SIDECAR_KINDS = ("slot", "base_only", "oracle", "gold")
 SIDECAR_MODES = {"wave": "wave", "sequential": "sequential", "two_waves": "two_waves",
                  "no_prefix_share": "wave_no_prefix_share"}
 PLACEMENTS = ("own_core", "shared_core", "in_process")
+
+# Chosen by measurement (notebooks/03_toolspec.ipynb), 1 torch thread, fp32, on this machine's
+# CPU. Qwen target, 252-token prompt, one-token step 151 ms; a verify forward over 1 + n rows costs
+# 2.1x a step at n = 1, 3.0x at n = 2, 2.1x at 4, 2.4x at 8, 3.1x at 16, 4.2x at 32, 6.7x at 64
+# (any n > 0 turns every matrix-vector product into a matrix-matrix one). ToolSpec at 8 / 16 / 32
+# nodes on 6 BFCL requests: MAT 4.9 / 5.8 / 6.3, decode speedup 2.45 / 2.70 / 2.23x; on
+# ToolAlpaca and API-Bank 8 and 16 were within noise of each other. SmolLM2 (tool LoRA merged),
+# 4 BFCL requests: 4 / 8 / 16 / 32 nodes gave MAT 2.8 / 3.3 / 4.0 / 4.3 and a flat decode speedup
+# of 1.9 / 2.0 / 2.0 / 2.05x, so it keeps 16 as well.
+DEFAULT_BUDGETS: dict[str, TreeBudget] = {
+    "qwen2.5-coder-0.5b": TreeBudget(max_nodes=16, max_depth=16),
+    "smollm2-135m-tool": TreeBudget(max_nodes=16, max_depth=16),
+}
+
+
+def default_budget(target_name: str | None = None) -> TreeBudget:
+    return DEFAULT_BUDGETS.get(target_name or "", TreeBudget())
+
 
 _TOOLSPEC_PARTS = ("toolspec", "ooospec")
 _DRAFTING = ("pld", "toolspec", "ooospec")
@@ -126,9 +143,6 @@ class MethodSpec:
         not, because its sidecar works *during* the target's prefill (that overlap is the point)."""
         return self.base != "ooospec"
 
-    def with_sidecar(self, kind: str) -> "MethodSpec":
-        return replace(self, sidecar=kind)
-
 
 _ALLOWED: dict[str, set[str]] = {
     "ar": set(),
@@ -178,7 +192,7 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key == "hint_tokens":
         need(("ooospec",))
         return "hint_tokens", _number(text, option, value, int, minimum=1)
-    raise ValueError(f"method {text!r}: unknown option {option!r}; see ooospec.bench_methods for the grammar")
+    raise ValueError(f"method {text!r}: unknown option {option!r}; see ooospec.bench.methods for the grammar")
 
 
 def _number(text: str, option: str, value: str, kind: type, minimum: float) -> Any:
@@ -253,7 +267,7 @@ def method_budget(spec: MethodSpec, target_name: str) -> TreeBudget:
 
 def ablation_methods(ablations: list[str], delays: list[float], budgets: list[int]) -> list[str]:
     """The ablations chapter's method list: AR, ToolSpec and OoO-Spec, every ablation variant, the
-    latency sweep and the budget sweep. One definition, so notebook 06 and `ooospec.sweep` key
+    latency sweep and the budget sweep. One definition, so notebook 06 and `ooospec.bench.sweep` key
     the same bench stage (the key covers the method list)."""
     return (["ar", "toolspec", "ooospec"] + list(ablations) + [f"ooospec:delay={d}" for d in delays]
             + [f"{base}:budget={n}" for base in ("toolspec", "ooospec") for n in budgets])

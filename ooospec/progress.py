@@ -1,0 +1,32 @@
+"""Progress bars in the terminal, none in executed notebooks.
+
+Under papermill every tqdm refresh becomes an output line of the executed chapter: pages of them
+in the book. `progress_bar` is tqdm, switched off when stderr is not a terminal (a notebook kernel's
+stderr never is) or when ``OOOSPEC_NO_PROGRESS`` is set (the Makefile's papermill call sets it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Iterable
+
+from tqdm import tqdm
+
+NO_PROGRESS_ENV = "OOOSPEC_NO_PROGRESS"
+
+
+def progress_wanted() -> bool:
+    return not os.environ.get(NO_PROGRESS_ENV) and sys.stderr.isatty()
+
+
+def quiet_library_bars() -> None:
+    """Apply the same rule to the Hugging Face libraries' own bars ("Loading weights", downloads):
+    they read ``HF_HUB_DISABLE_PROGRESS_BARS`` when first imported."""
+    if not progress_wanted():
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def progress_bar(iterable: Iterable[Any] | None = None, *, disable: bool = False, **kwargs: Any) -> tqdm:
+    """``tqdm(iterable, **kwargs)``, disabled where bars would only clutter the output."""
+    return tqdm(iterable, disable=disable or not progress_wanted(), **kwargs)

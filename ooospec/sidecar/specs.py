@@ -1,0 +1,31 @@
+"""The one place that writes `PredictorSpec`s: the trained sidecar, the oracle, deliberate faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from ooospec.sidecar.oracle import FaultyPredictor, OraclePredictor
+from ooospec.sidecar.predictor import SlotWavePredictor
+from ooospec.sidecar.protocol import PredictorSpec
+
+
+def slot_sidecar(adapter_dir: Path | str, profile: str = "cpu", base_only: bool = False,
+                 max_new_tokens: int = 32, required_values: bool = True) -> PredictorSpec:
+    """The trained sidecar (or, for the ablation, its base without the adapter).
+
+    ``required_values``: a slot the schema marks required is never answered null (see
+    `SlotPredictor`); off, the sidecar's raw answers (the ``nullable`` ablation)."""
+    return PredictorSpec(SlotWavePredictor, {"adapter_dir": str(adapter_dir), "profile": profile,
+                                             "base_only": base_only, "max_new_tokens": max_new_tokens,
+                                             "required_values": required_values})
+
+
+def oracle_sidecar(calls: Mapping[str, dict[str, Any]], wave_s: float = 0.0) -> PredictorSpec:
+    """A sidecar that answers with known calls (the upper bound; latency sweeps)."""
+    return PredictorSpec(OraclePredictor, {"calls": calls, "wave_s": wave_s})
+
+
+def faulty_sidecar(fault: str, after_s: float = 0.0) -> PredictorSpec:
+    """A sidecar that crashes, hangs, raises or returns garbage (the fault tests)."""
+    return PredictorSpec(FaultyPredictor, {"fault": fault, "after_s": after_s})
