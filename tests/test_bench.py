@@ -13,7 +13,8 @@ import pytest
 
 from ooospec.bench.runner import (BenchConfig, bench_stage, first_difference, run_bench, sample_requests, slice_path,
                            warmup_requests)
-from ooospec.bench.methods import FSMOff, MethodSpec, RetrievalOff, method_budget, method_sources, parse_methods
+from ooospec.bench.methods import (HINT_ROOM_ABLATION, HINT_ROOM_CONTROL, FSMOff, MethodSpec, RetrievalOff,
+                                   ablation_methods, method_budget, method_sources, parse_methods)
 from ooospec.bench.oracle_calls import CallDirectory
 from ooospec.bench.summary import (ablation_findings, ablation_table, arrival_bucket, crossover, delay_sweep,
                                    hint_table, main_table, method_table)
@@ -80,8 +81,20 @@ def test_ablation_sources_switch_parts_off_and_budgets_resize():
     with pytest.raises(ValueError, match="needs a sidecar"):
         method_sources(MethodSpec("ooospec"))
     assert method_budget(MethodSpec.parse("toolspec:budget=8"), "qwen2.5-coder-0.5b").max_nodes == 8
-    hinted = method_budget(MethodSpec.parse("ooospec:budget=8:hint_tokens=4"), "qwen2.5-coder-0.5b")
-    assert (hinted.max_nodes, hinted.hint_nodes, hinted.total_nodes) == (8, 4, 12)
+    # the paper's budget: OoO-Spec's hint competes for ToolSpec's nodes, no room of its own
+    for budget in ("", ":budget=8"):
+        ours = method_budget(MethodSpec.parse("ooospec" + budget), "qwen2.5-coder-0.5b")
+        assert ours == method_budget(MethodSpec.parse("toolspec" + budget), "qwen2.5-coder-0.5b")
+        assert ours.hint_nodes == 0
+    # the reserved-room ablation and the ToolSpec control with the same total nodes and depth
+    room = method_budget(MethodSpec.parse(HINT_ROOM_ABLATION), "qwen2.5-coder-0.5b")
+    control = method_budget(MethodSpec.parse(HINT_ROOM_CONTROL), "qwen2.5-coder-0.5b")
+    assert (room.max_nodes, room.hint_nodes, room.total_nodes) == (16, 32, 48)
+    assert (control.total_nodes, control.max_depth) == (48, max(room.max_depth, room.hint_depth)) == (48, 32)
+    assert MethodSpec.parse("toolspec:depth=32:budget=48").name == HINT_ROOM_CONTROL
+    assert HINT_ROOM_ABLATION in ablation_methods([], [], []) and HINT_ROOM_CONTROL in ablation_methods([], [], [])
+    with pytest.raises(ValueError, match="applies only to"):
+        MethodSpec.parse("toolspec:hint_room=8")
 
 
 def test_fsm_off_proposes_nothing_where_the_fsm_would():

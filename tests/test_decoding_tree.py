@@ -107,3 +107,11 @@ def test_hint_room_is_reserved_and_other_drafts_keep_their_own_budget():
     # no reserved room: a hint draft competes for the main budget like any other source
     shared = build_tree([hint] + others, TreeBudget(max_nodes=4, max_depth=4))
     assert shared.size == 4 and all(s[0] == "hint" for s in shared.sources)
+
+
+def test_a_node_several_sources_proposed_is_credited_as_shared():
+    from ooospec.decoding.verifier import node_credit
+
+    tree = build_tree([Draft([5, 6], "hint"), Draft([5, 7], "fsm"), Draft([9], "fsm")], TreeBudget(8, 8))
+    credits = [node_credit(sources) for sources in tree.sources]
+    assert credits == ["shared", "hint", "fsm", "fsm"]  # 5 (hint + fsm), 6, 7, 9

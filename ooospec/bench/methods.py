@@ -13,7 +13,10 @@ The bench and the ablations name every variant as a string, so a notebook parame
   (by default it may not, see `ooospec.sidecar.predictor.SlotPredictor`);
 * ``delay=S`` (ooospec): seconds of latency injected after each wave (the latency sweep);
 * ``own_core``, ``shared_core``, ``in_process`` (ooospec): where the sidecar runs;
-* ``budget=N`` (pld, toolspec, ooospec): draft nodes per tree (ooospec adds its hint chain on top);
+* ``budget=N`` (pld, toolspec, ooospec): draft nodes per tree; ``depth=N``: its depth limit (the
+  control with the total nodes and depth of ``ooospec:hint_room=32`` is ``toolspec:budget=48:depth=32``);
+* ``hint_room=N`` (ooospec): N more nodes (and depth N) that only the hint may fill, on top of
+  ToolSpec's budget (an ablation: by default the hint competes for ToolSpec's nodes, as in the paper);
 * ``hint_tokens=N`` (ooospec): longest hint draft.
 
 `MethodSpec.name` is the canonical spelling (defaults left out, options in a fixed order), so
@@ -76,6 +79,8 @@ class MethodSpec:
     delay_s: float = 0.0
     placement: str = "own_core"
     budget: int | None = None  # draft nodes; None: the target's default
+    depth: int | None = None  # depth limit; None: the target's default
+    hint_room: int = 0  # nodes only the hint may fill, on top of the budget (ablation)
     hint_tokens: int = DEFAULT_HINT_TOKENS
 
     def __post_init__(self) -> None:
@@ -129,6 +134,10 @@ class MethodSpec:
             parts.append(self.placement)
         if self.budget is not None:
             parts.append(f"budget={self.budget}")
+        if self.depth is not None:
+            parts.append(f"depth={self.depth}")
+        if self.hint_room:
+            parts.append(f"hint_room={self.hint_room}")
         if self.hint_tokens != DEFAULT_HINT_TOKENS:
             parts.append(f"hint_tokens={self.hint_tokens}")
         return ":".join(parts)
@@ -146,8 +155,8 @@ class MethodSpec:
 
 _ALLOWED: dict[str, set[str]] = {
     "ar": set(),
-    "pld": {"budget"},
-    "toolspec": {"fsm", "retrieval", "pld_mode", "budget"},
+    "pld": {"budget", "depth"},
+    "toolspec": {"fsm", "retrieval", "pld_mode", "budget", "depth"},
     "ooospec": {f.name for f in fields(MethodSpec)} - {"base"},
 }
 
@@ -189,6 +198,12 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key == "budget":
         need(_DRAFTING)
         return "budget", _number(text, option, value, int, minimum=1)
+    if key == "depth":
+        need(_DRAFTING)
+        return "depth", _number(text, option, value, int, minimum=1)
+    if key == "hint_room":
+        need(("ooospec",))
+        return "hint_room", _number(text, option, value, int, minimum=1)
     if key == "hint_tokens":
         need(("ooospec",))
         return "hint_tokens", _number(text, option, value, int, minimum=1)
@@ -258,11 +273,12 @@ def method_sources(spec: MethodSpec, service: Any = None) -> list[DraftSource]:
 
 
 def method_budget(spec: MethodSpec, target_name: str) -> TreeBudget:
-    """The target's default tree budget, resized by ``budget=N``; OoO-Spec adds its hint chain."""
+    """The target's default tree budget, resized by ``budget=N`` / ``depth=N``; OoO-Spec draws on
+    the same budget, plus ``hint_room`` nodes only the hint may fill when that ablation asks."""
     budget = default_budget(target_name)
-    if spec.budget is not None:
-        budget = TreeBudget(max_nodes=spec.budget, max_depth=budget.max_depth)
-    return ooospec_budget(budget, spec.hint_tokens) if spec.base == "ooospec" else budget
+    budget = TreeBudget(max_nodes=spec.budget if spec.budget is not None else budget.max_nodes,
+                        max_depth=spec.depth if spec.depth is not None else budget.max_depth)
+    return ooospec_budget(budget, spec.hint_room) if spec.base == "ooospec" else budget
 
 
 def ablation_methods(ablations: list[str], delays: list[float], budgets: list[int]) -> list[str]:
@@ -270,4 +286,11 @@ def ablation_methods(ablations: list[str], delays: list[float], budgets: list[in
     latency sweep and the budget sweep. One definition, so notebook 06 and `ooospec.bench.sweep` key
     the same bench stage (the key covers the method list)."""
     return (["ar", "toolspec", "ooospec"] + list(ablations) + [f"ooospec:delay={d}" for d in delays]
-            + [f"{base}:budget={n}" for base in ("toolspec", "ooospec") for n in budgets])
+            + [f"{base}:budget={n}" for base in ("toolspec", "ooospec") for n in budgets]
+            + [HINT_ROOM_ABLATION, HINT_ROOM_CONTROL])
+
+
+# the tree of earlier versions (ToolSpec's 16 nodes + 32 only the hint may fill, depth 32), and the
+# ToolSpec control that gets the same total room
+HINT_ROOM_ABLATION = "ooospec:hint_room=32"
+HINT_ROOM_CONTROL = "toolspec:budget=48:depth=32"

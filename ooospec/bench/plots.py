@@ -24,9 +24,10 @@ from ooospec.decoding.base import CREDITS
 
 # one colour and one label per credit (`CREDITS` order), used by every figure and by the
 # token attribution of `ooospec.bench.attribution`
-SOURCE_COLORS = {"fsm": "#4c72b0", "retrieval": "#dd8452", "pld": "#8172b3", "hint": "#2ca02c", "bonus": "#bdbdbd"}
+SOURCE_COLORS = {"fsm": "#4c72b0", "retrieval": "#dd8452", "pld": "#8172b3", "hint": "#2ca02c", "shared": "#e7ba52",
+                 "bonus": "#bdbdbd"}
 SOURCE_LABELS = {"fsm": "schema FSM", "retrieval": "call retrieval", "pld": "prompt lookup", "hint": "sidecar hint",
-                 "bonus": "target's own token (no draft)"}
+                 "shared": "several sources (shared)", "bonus": "target's own token (no draft)"}
 assert tuple(SOURCE_COLORS) == tuple(SOURCE_LABELS) == CREDITS
 PHASE_COLORS = {"prefill": "#525252", "queue": "#fdd0a2", "wave": "#e6550d", "transfer": "#fdae6b"}
 METHOD_COLORS = {"ar": "#969696", "pld": "#8172b3", "toolspec": "#4c72b0", "ooospec": "#2ca02c"}

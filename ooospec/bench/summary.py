@@ -23,7 +23,7 @@ import pandas as pd
 
 from ooospec.bench.methods import MethodSpec
 from ooospec.bench.runner import HELD_OUT_BENCHMARKS
-from ooospec.decoding.base import CREDITS, DRAFT_SOURCES
+from ooospec.decoding.base import CREDITS, DRAFTED_CREDITS
 
 KEYS = ["target", "benchmark", "request_id"]
 ARRIVAL_BUCKETS = ("first boundary", "boundaries 1-3", "boundary 4+", "not before finish", "rejected")
@@ -145,7 +145,7 @@ def hint_table(records: Iterable[dict[str, Any]], by: tuple[str, ...] = ("target
     rows = []
     for key, g in df.groupby(list(by), sort=False):
         buckets = Counter(arrival_bucket(r, e) for r, e in zip(g.hint_ready_round, g.hint_error))
-        accepted = sum(g[f"acc_{s}"].sum() for s in DRAFT_SOURCES)
+        accepted = sum(g[f"acc_{s}"].sum() for s in DRAFTED_CREDITS)
         ready = g.hint_ready_round.dropna()
         wave = g.wave_s.dropna()
         rows.append({
@@ -156,6 +156,8 @@ def hint_table(records: Iterable[dict[str, Any]], by: tuple[str, ...] = ("target
             "median_ready_round": ready.median() if len(ready) else math.nan,
             "hint_share_of_drafted": g.acc_hint.sum() / accepted if accepted else 0.0,
             "hint_share_of_output": g.acc_hint.sum() / g.tokens.sum() if g.tokens.sum() else 0.0,
+            # tokens the hint proposed together with another source are not the hint's alone
+            "shared_share_of_drafted": g.acc_shared.sum() / accepted if accepted else 0.0,
             "payload_bytes": g.payload_bytes.dropna().mean(),
             "median_wave_s": wave.median() if len(wave) else math.nan,
             "wave_over_ar_total": (g.wave_s / g.ref_total_s).median() if len(wave) else math.nan,

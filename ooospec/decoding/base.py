@@ -21,9 +21,13 @@ if TYPE_CHECKING:
     from ooospec.models.surface import SurfaceFormat
 
 DRAFT_SOURCES = ("fsm", "retrieval", "pld", "hint")
-# what a committed token is credited to: a draft source, or "bonus" (the target's own token at the
-# end of an accepted path, and the prefill's first token). Every table and figure uses this order.
-CREDITS = DRAFT_SOURCES + ("bonus",)
+# what a committed token is credited to: the one draft source that proposed its node, "shared" when
+# several sources proposed the same node (no single source can claim it: a token both the FSM and
+# the hint proposed is not evidence for the hint), or "bonus" (the target's own token at the end of
+# an accepted path, and the prefill's first token). Every table and figure uses this order.
+SHARED = "shared"
+CREDITS = DRAFT_SOURCES + (SHARED, "bonus")
+DRAFTED_CREDITS = DRAFT_SOURCES + (SHARED,)  # tokens some draft proposed
 
 
 @dataclass

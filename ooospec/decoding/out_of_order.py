@@ -1,9 +1,11 @@
 """OoO-Spec as a method: ToolSpec's sources plus the hint bank, and the sidecar it polls.
 
 The hint bank comes first in the source list, so its drafts come first in the merged candidate
-list. Its budget is ToolSpec's plus room that only the hint chain may fill (`TreeBudget.hint_nodes`):
-a right hint is worth a deep path, and ToolSpec's drafts keep exactly the nodes they would have
-alone, so OoO-Spec without a hint is ToolSpec node for node.
+list. By default it draws on ToolSpec's own budget, as in the paper (the hint bank enters ToolSpec's
+candidate construction; "ToolSpec continues to control ... the candidate budget"): OoO-Spec's tree
+is never bigger than ToolSpec's, and with no hint it is ToolSpec's node for node. Extra room that
+only the hint chain may fill (`TreeBudget.hint_nodes`) is an ablation, ``ooospec:hint_room=N``,
+shown next to a ToolSpec control with the same total nodes and depth.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def ooospec_sources(service: SidecarService, *, mode: str = "wave", blocking: bo
     return [HintBank(service, mode=mode, blocking=blocking, max_tokens=hint_tokens), ToolSpec(**toolspec_options)]
 
 
-def ooospec_budget(toolspec_budget: TreeBudget, hint_tokens: int = DEFAULT_HINT_TOKENS) -> TreeBudget:
+def ooospec_budget(toolspec_budget: TreeBudget, hint_room: int = 0) -> TreeBudget:
+    """ToolSpec's budget (the default), plus ``hint_room`` nodes and depth only the hint may use."""
     return TreeBudget(max_nodes=toolspec_budget.max_nodes, max_depth=toolspec_budget.max_depth,
-                      hint_nodes=hint_tokens, hint_depth=hint_tokens)
+                      hint_nodes=hint_room, hint_depth=hint_room)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from ooospec.decoding.base import SHARED
 from ooospec.decoding.tree import DraftTree
 
 
@@ -49,7 +50,7 @@ class Round:
     tree_size: int
     accepted_nodes: list[int]  # tree node indices on the accepted path (after truncation)
     new_tokens: list[int]  # committed this round: accepted path tokens + bonus (maybe truncated)
-    credits: list[str]  # per new token: the source of its node, or "bonus"
+    credits: list[str]  # per new token: the source of its node, "shared" (several), or "bonus"
     forward_s: float
     finish: str | None = None  # "eos" | "length" | None
     margins: list[float] = field(default_factory=list)  # top-1 minus top-2 logit per new token
@@ -84,6 +85,11 @@ def commit_kv(cache: DynamicCache, prefix_len: int, keep_rows: list[int]) -> Non
             layer.values = torch.cat(
                 [layer.values[:, :, :prefix_len], layer.values.index_select(2, index)], dim=2
             )
+
+
+def node_credit(sources: list[str]) -> str:
+    """The credit of an accepted node: its one proposing source, or ``shared`` for several."""
+    return sources[0] if len(set(sources)) == 1 else SHARED
 
 
 def _top2_gap(logits: torch.Tensor) -> list[float]:
@@ -155,7 +161,7 @@ class TreeVerifier:
         accepted = tree.walk(predicted)
         rows = [0] + [node + 1 for node in accepted]
         new_tokens = [tree.tokens[node] for node in accepted] + [predicted[rows[-1]]]
-        credits = [tree.sources[node][0] for node in accepted] + ["bonus"]
+        credits = [node_credit(tree.sources[node]) for node in accepted] + ["bonus"]
 
         cut = len(new_tokens)
         for j, token in enumerate(new_tokens):
