@@ -178,8 +178,8 @@ def test_hint_follows_the_layout_the_target_writes(tokenizer):
     from ooospec.models.formats.qwen_fenced_json import QwenFencedJson
 
     request = Request("r1", "apibank", "eval", [{"role": "user", "content": "weather"}], TOOLS, None)
-    surface = QwenFencedJson().for_request(request)
-    assert surface.variant == "inline" and [v.variant for v in surface.variants(request)] == ["inline", "fenced"]
+    surface = QwenFencedJson()
+    assert {v.variant for v in surface.variants(request)} == {"fenced", "inline"}
     call = Call("get_weather", {"city": "Paris"})
     fenced = QwenFencedJson("fenced").render([call])
     bank = HintBank(service=None)
@@ -191,7 +191,7 @@ def test_hint_follows_the_layout_the_target_writes(tokenizer):
     (draft,) = bank.propose(state)
     proposed = tokenizer.decode(draft.tokens)
     assert fenced[fenced.index('"get'):].startswith(proposed) and proposed.startswith('"get_weather",\n')
-    inline = surface.render([call])
+    inline = QwenFencedJson("inline").render([call])
     state = DecodeState(bank.ctx)
     state.commit(tokenizer.encode(inline[:12], add_special_tokens=False))
     (draft,) = bank.propose(state)

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
+from ooospec.bench.compare import NEAR_TIE_GAP, near_tie_gap
 from ooospec.bench.methods import MethodSpec, method_budget, method_sources, parse_methods
 from ooospec.bench.oracle_calls import CallDirectory, first_call
 from ooospec.data.request import Call, Request
@@ -331,9 +332,21 @@ def hint_fields(bank: HintBank | None, trace: list[dict[str, Any]]) -> dict[str,
     }
 
 
+class LosslessViolation(RuntimeError):
+    """A decode differs from AR where AR's top-2 logits were not a near-tie: a bug, never a result."""
+
+
+def check_lossless(records: list[dict[str, Any]], where: str) -> None:
+    """Fail loudly on a mismatch with AR that is not a near-tie (near-ties are listed by the book)."""
+    bad = [r for r in records if not r["identical_to_ar"] and not r.get("near_tie")]
+    if bad:
+        lines = [f"{r['id']}: token {r['mismatch']['position']}, AR top-2 gap {r['mismatch']['ar_margin']}" for r in bad]
+        raise LosslessViolation(f"{where}: {len(bad)} decode(s) differ from AR beyond a near-tie:\n" + "\n".join(lines))
+
+
 def make_record(result: DecodeResult, *, target: str, benchmark: str, request: Request, position: int,
                 spec: MethodSpec, sidecar: str | None, ar: DecodeResult | None, shared_prefill: bool,
-                bank: HintBank | None) -> dict[str, Any]:
+                bank: HintBank | None, tie_gap: float = NEAR_TIE_GAP) -> dict[str, Any]:
     record = result.to_record()
     request_id = record.pop("id")
     reference = ar or result
@@ -356,6 +369,8 @@ def make_record(result: DecodeResult, *, target: str, benchmark: str, request: R
         "sidecar": sidecar,
         "shared_prefill": shared_prefill,
         "identical_to_ar": diff is None,
+        # a first difference where AR's own top-2 gap is within the arithmetic's rounding
+        "near_tie": mismatch is not None and mismatch["ar_margin"] is not None and mismatch["ar_margin"] < tie_gap,
         "mismatch": mismatch,
         "hint": hint_fields(bank, record["trace"]),
         **record,
@@ -414,7 +429,8 @@ class SliceRunner:
                 bank = next((s for s in sources[spec] if isinstance(s, HintBank)), None)
                 records.append(make_record(result, target=self.target.name, benchmark=benchmark, request=request,
                                            position=position, spec=spec, sidecar=self._sidecar_label(spec),
-                                           ar=ar, shared_prefill=prefill is not None, bank=bank))
+                                           ar=ar, shared_prefill=prefill is not None, bank=bank,
+                                           tie_gap=near_tie_gap(self.verifier.dtype)))
             bar.set_postfix(lossless=f"{sum(r['identical_to_ar'] for r in records)}/{len(records)}")
         return records
 
@@ -533,6 +549,7 @@ def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: Targe
         for benchmark in pending:
             records = runner.run(benchmark, samples[benchmark])
             write_slice(slice_path(stage, name, fingerprint, benchmark), records)
+            check_lossless(records, f"{name}/{benchmark}")  # after writing: the slice stays for inspection
     finally:
         pool.close()
         del target
