@@ -86,7 +86,7 @@ def test_sweep_configs_are_the_notebooks_own(notebook, smoke, monkeypatch):
     import nbformat
     import yaml
 
-    import ooospec.bench
+    import ooospec.bench.runner
 
     class Captured(Exception):
         pass
@@ -94,7 +94,7 @@ def test_sweep_configs_are_the_notebooks_own(notebook, smoke, monkeypatch):
     def capture(cfg, **_):
         raise Captured(cfg)
 
-    monkeypatch.setattr(ooospec.bench, "run_bench", capture)
+    monkeypatch.setattr(ooospec.bench.runner, "run_bench", capture)
     root = Path(__file__).resolve().parent.parent
     overrides = yaml.safe_load((root / "notebooks" / "smoke.yaml").read_text())[f"{notebook}.ipynb"] if smoke else {}
     nb = nbformat.read(root / "notebooks" / f"{notebook}.ipynb", as_version=4)

@@ -409,3 +409,28 @@ def budget_figure(sweep: pd.DataFrame) -> Figure:
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def arithmetic_figure(points: list[dict[str, Any]]):
+    """Verify cost against rows per forward, one panel per target, one line per arithmetic option
+    and thread count; the legend gives the one-row step in ms (what the ratios are relative to)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(points)
+    targets = list(dict.fromkeys(frame.target))
+    fig, axes = plt.subplots(1, len(targets), figsize=(6.2 * len(targets), 3.9), squeeze=False)
+    for ax, target in zip(axes[0], targets):
+        for _, p in frame[frame.target == target].iterrows():
+            rows = sorted(int(r) for r in p.ratios)
+            label = f"{p.dtype}, {p.attention}, {p.threads} thr (step {p.step_ms:.0f} ms)"
+            ax.plot(rows, [p.ratios[str(r)] if str(r) in p.ratios else p.ratios[r] for r in rows], marker="o", ms=3,
+                    lw=1.6 if p.attention == "sdpa" else 1.0, ls="-" if p.dtype == "bfloat16" else "--", label=label)
+        ax.axhline(1.0, color="black", lw=0.6)
+        ax.axvline(17, color="#999999", lw=0.8, ls=":")
+        ax.set(title=target, xlabel="rows in one forward (root + tree nodes)", ylabel="time / one-row step",
+               xscale="log", xticks=[1, 2, 4, 8, 17, 32, 64])
+        ax.set_xticklabels(["1", "2", "4", "8", "17", "32", "64"])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig

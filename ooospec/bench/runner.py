@@ -51,7 +51,7 @@ from ooospec.sequences import first_difference
 from ooospec.stage import Stage, config_key, read_jsonl
 
 STAGE_NAME = "results"
-BENCH_VERSION = 3  # 3: the hint chain has its own reserved tree room (ToolSpec drafts keep 16 nodes); 2: required slots never null; bump when a record's meaning changes, so old slices are not reused
+BENCH_VERSION = 4  # 4: bf16 cpu profile, the hint under ToolSpec's budget (hint_room is an ablation), shared credits, near-tie marks, structured API-Bank history; 3: reserved hint room; 2: required slots never null; bump when a record's meaning changes, so old slices are not reused
 DEFAULT_TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
 BENCHMARKS = ("apibank", "toolalpaca", "bfcl")
 DEFAULT_METHODS = ("ar", "pld", "toolspec", "ooospec")

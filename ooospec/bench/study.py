@@ -13,6 +13,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
+import pandas as pd
 import torch
 
 from ooospec.bench.methods import MethodSpec, default_budget
@@ -23,7 +24,7 @@ from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
 from ooospec.stage import Stage, read_jsonl
 
-STUDY_VERSION = 2  # bump when a record's meaning or the drafting changes
+STUDY_VERSION = 3  # 3: shared credits, structured API-Bank history; bump when a record's meaning or the drafting changes
 DEFAULT_RUNS = (MethodRun("pld", MethodSpec("pld")), MethodRun("toolspec", MethodSpec("toolspec")))
 
 
@@ -119,7 +120,7 @@ ARITHMETIC_OPTIONS = (  # (profile, attention): fp32, bf16 (the cpu default), bf
 
 def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str, str], ...] = ARITHMETIC_OPTIONS,
                      threads: tuple[int, ...] = (1, 2), benchmark: str = "apibank", repeats: int = 5,
-                     rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 48, 64)) -> list[dict[str, Any]]:
+                     rows: tuple[int, ...] = (1, 2, 4, 8, 16, 17, 32, 33, 48, 64, 65)) -> list[dict[str, Any]]:
     """Step cost, prefill and verify curve per target x arithmetic option x thread count.
 
     The options differ only in numerics or kernels; whether one may be used is decided by the
@@ -187,3 +188,54 @@ def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int
     tmp.replace(path)
     stage.mark_done(records=len(records))
     return records
+
+
+def committed_audit() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The committed lossless audit of the bf16 arithmetic (`lossless_audit`, 60 evaluation requests
+    per target, PLD and ToolSpec against AR): a summary per target x method and every mismatch with
+    AR's top-2 logit gap there. Committed because it costs ~25 minutes of one core."""
+    from ooospec.paths import artifacts_dir
+
+    folder = artifacts_dir() / "committed" / "lossless-audit"
+    records = [r for path in sorted(folder.glob("*.jsonl")) for r in read_jsonl(path)]
+    checked = pd.DataFrame([r for r in records if r["method"] != "ar"])
+    if checked.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    summary = checked.groupby(["target", "dtype", "method"]).agg(
+        decodes=("id", "size"), identical=("identical_to_ar", "sum"), near_ties=("near_tie", "sum"),
+        largest_gap_at_mismatch=("ar_gap_at_mismatch", "max")).reset_index()
+    mismatches = checked[~checked.identical_to_ar][["target", "method", "benchmark", "id", "mismatch_at",
+                                                    "ar_gap_at_mismatch", "near_tie"]]
+    return summary, mismatches.reset_index(drop=True)
+
+
+def slice_accuracy(records: list[dict[str, Any]], profile: str = "cpu") -> pd.DataFrame:
+    """Does the target write a call? AR's output of each slice request parsed in the target's
+    frozen surface and scored against gold (`ooospec.bench.accuracy`): parse rate, name match,
+    exact match (API-Bank, ToolAlpaca) or BFCL's own checker. Every method writes AR's output."""
+    from ooospec.bench.accuracy import accuracy_table, score_text
+
+    requests: dict[str, Any] = {}
+    scored = []
+    for record in records:
+        if record["method"] != "ar":
+            continue
+        benchmark = _split_name(record["benchmark"])
+        if benchmark not in requests:
+            requests[benchmark] = {r.id: r for r in load_split(benchmark)}
+        target = cached_target(record["target"], profile)
+        text = target.tokenizer.decode([t for t in record["output_ids"] if t not in target.eos_token_ids],
+                                       skip_special_tokens=False)
+        scored.append(score_text(requests[benchmark][record["id"]], text, target.surface, target=record["target"]))
+    return accuracy_table(scored, by=("target", "benchmark"))
+
+
+def arithmetic_table(points: list[dict[str, Any]], rows: tuple[int, ...] = (2, 8, 17, 33, 65)) -> pd.DataFrame:
+    """`arithmetic_study` as a readable table: step (ms), prefill (s), cost of r rows / one row."""
+    table = pd.DataFrame([{
+        "target": p["target"], "arithmetic": p["dtype"], "attention": p["attention"], "threads": p["threads"],
+        "step ms": round(p["step_ms"]), "prefill s": round(p["prefill_s"], 2),
+        **{f"{r} rows": p["ratios"].get(str(r), p["ratios"].get(r)) for r in rows
+           if str(r) in p["ratios"] or r in p["ratios"]},
+    } for p in points])
+    return table.set_index(["target", "arithmetic", "attention", "threads"])

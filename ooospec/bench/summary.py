@@ -397,3 +397,65 @@ def timeline_groups(records: Iterable[dict[str, Any]], method: str = "ooospec") 
         for category, record in pick_timelines(own, method).items():
             groups[f"{target}: {category}"] = [r for r in (reference_record(own, record), record) if r is not None]
     return groups
+
+
+def speedup_intervals(records: Iterable[dict[str, Any]], reference: str = "ar",
+                      methods: Iterable[str] | None = None, phases: tuple[str, ...] = ("decode", "total"),
+                      resamples: int = 2000) -> pd.DataFrame:
+    """Per target x benchmark x method: the speedup over ``reference`` on the same requests, as the
+    ratio of total times with its paired bootstrap 95% interval (requests resampled), the mean of
+    per-request ratios beside it, n, and the verdict ("faster" only when the interval excludes 1).
+    ``phases``: ``decode`` (after prefill) and ``total`` (end to end, sidecar and IPC included)."""
+    from ooospec.bench.intervals import paired_speedup
+
+    df = frame(records)
+    wanted = set(methods) if methods is not None else None
+    ref = df[df.method == reference].set_index(KEYS)
+    rows = []
+    for (target, benchmark, method), group in df.groupby(["target", "benchmark", "method"], sort=False):
+        if method == reference or (wanted is not None and method not in wanted):
+            continue
+        group = group.set_index(KEYS)
+        both = group.index.intersection(ref.index)
+        if not len(both):
+            continue
+        for phase in phases:
+            column = f"{phase}_s"
+            base, new = ref.loc[both, column].to_numpy(), group.loc[both, column].to_numpy()
+            pooled = paired_speedup(base, new, resamples=resamples)
+            mean = paired_speedup(base, new, statistic="mean of ratios", resamples=resamples)
+            rows.append({"target": target, "benchmark": benchmark, "method": method, "vs": reference,
+                         "phase": "decode" if phase == "decode" else "end to end", "n": pooled.n,
+                         "speedup": pooled.point, "ci_low": pooled.low, "ci_high": pooled.high,
+                         "mean_of_ratios": mean.point, "verdict": pooled.verdict})
+    return pd.DataFrame(rows, columns=["target", "benchmark", "method", "vs", "phase", "n", "speedup", "ci_low",
+                                       "ci_high", "mean_of_ratios", "verdict"])
+
+
+def interval_pivot(intervals: pd.DataFrame, phase: str = "decode") -> pd.DataFrame:
+    """One row per target x benchmark, one column per method: ``1.63x [1.41, 1.90]`` (n in the index)."""
+    sub = intervals[intervals.phase == phase]
+    if sub.empty:
+        return pd.DataFrame()
+    cells = sub.assign(cell=[f"{s:.2f}x [{lo:.2f}, {hi:.2f}]" for s, lo, hi in zip(sub.speedup, sub.ci_low, sub.ci_high)])
+    n = cells.groupby(["target", "benchmark"]).n.max().rename("n")
+    table = cells.pivot_table(index=["target", "benchmark"], columns="method", values="cell", aggfunc="first")
+    return table.join(n).set_index("n", append=True)
+
+
+def output_accuracy(records: Iterable[dict[str, Any]], profile: str = "cpu") -> pd.DataFrame:
+    """What is being accelerated: each target's AR output scored against gold (`bench.accuracy`):
+    parse rate, name match, exact match (API-Bank, ToolAlpaca) or BFCL's own checker. Every
+    method writes AR's output (lossless), so AR's record per request stands for all."""
+    from ooospec.bench.accuracy import accuracy_table, score_text
+    from ooospec.bench.runner import load_benchmark
+    from ooospec.models.formats import get_surface
+    from ooospec.models.registry import load_profile
+
+    prof = load_profile(profile)
+    ar = [r for r in records if r["method"] == "ar"]
+    requests = {b: {q.id: q for q in load_benchmark(b)} for b in dict.fromkeys(r["benchmark"] for r in ar)}
+    surfaces = {t: get_surface(prof.target(t).surface or "") for t in dict.fromkeys(r["target"] for r in ar)}
+    scored = [score_text(requests[r["benchmark"]][r["request_id"]], r["text"], surfaces[r["target"]], target=r["target"])
+              for r in ar if r["request_id"] in requests[r["benchmark"]]]
+    return accuracy_table(scored, by=("target", "benchmark"))

@@ -100,11 +100,11 @@ def measure_arithmetic(
     attention: str,
     rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 48, 64),
     repeats: int = 5,
-    prefill_repeats: int = 3,
+    prefill_repeats: int | None = None,
 ) -> ArithmeticPoint:
     """The verify-cost curve in rows (a forward over r rows = root + r-1 nodes) plus the prefill."""
     prefill = []
-    for _ in range(prefill_repeats):
+    for _ in range(prefill_repeats or max(1, min(3, repeats))):
         start = time.perf_counter()
         verifier.prefill(prompt_ids)
         prefill.append(time.perf_counter() - start)
