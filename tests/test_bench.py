@@ -319,3 +319,22 @@ def test_an_interrupted_slice_leaves_no_file_and_is_redone(artifacts):
     assert not list(done.parent.glob("*.tmp"))
     records = run_bench(cfg, targets=TinyTargets(), load_requests=FILES.__getitem__)
     assert len(records) == 2 * 2 * 2 and records.stage.done
+
+
+def test_speedup_intervals_and_the_generated_verdict():
+    from ooospec.bench.summary import interval_pivot, speedup_intervals, verdict
+
+    records = []
+    for i in range(12):  # OoO-Spec 1.25x faster than ToolSpec in the decode phase on every request
+        ar_decode = 10.0 + i
+        records += [fake("ar", f"r{i}", ar_decode, ar_decode + 5), fake("toolspec", f"r{i}", ar_decode / 2, ar_decode / 2 + 5),
+                    fake("ooospec", f"r{i}", ar_decode / 2.5, ar_decode / 2.5 + 5)]
+    intervals = speedup_intervals(records)
+    row = intervals[(intervals.method == "ooospec") & (intervals.phase == "decode")].iloc[0]
+    assert row.n == 12 and row.speedup == pytest.approx(2.5) and row.verdict == "faster"
+    assert "2.50x [2.50, 2.50]" in interval_pivot(intervals, "decode").loc[("t", "apibank", 12), "ooospec"]
+    h2h = speedup_intervals(records, reference="toolspec", methods=["ooospec"])
+    decode = h2h[h2h.phase == "decode"].iloc[0]
+    assert decode.speedup == pytest.approx(1.25) and decode.verdict == "faster"
+    text = verdict(intervals, h2h)
+    assert "OoO-Spec is faster than ToolSpec, 1.25x [1.25, 1.25], n = 12" in text and "1 of 1" in text
