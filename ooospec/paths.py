@@ -29,3 +29,15 @@ def artifact_path(*parts: str) -> Path:
 
 def configs_dir() -> Path:
     return REPO_ROOT / "configs"
+
+
+def shown(path: Path | str) -> str:
+    """A path as a reader of the book should see it: relative to the repository (or to the
+    artifacts root when that lives elsewhere), never the build machine's absolute path."""
+    path = Path(path).resolve()
+    for root, prefix in ((REPO_ROOT, ""), (artifacts_dir(), "$OOOSPEC_ARTIFACTS/")):
+        try:
+            return prefix + str(path.relative_to(root))
+        except ValueError:
+            continue
+    return path.name

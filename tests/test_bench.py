@@ -31,6 +31,7 @@ from ooospec.decoding.toolspec import ToolSpec
     ("ooospec:two_waves:oracle:budget=32", "ooospec:two_waves:oracle:budget=32"),
     ("toolspec:no_retrieval:pld=off", "toolspec:no_retrieval:pld=off"),
     ("pld:budget=8", "pld:budget=8"),
+    ("toolspec:both_cores:budget=8", "toolspec:both_cores:budget=8"),
 ])
 def test_method_names_are_canonical_and_round_trip(text, canonical):
     spec = MethodSpec.parse(text)
@@ -47,6 +48,7 @@ def test_method_options_parse_into_fields():
     nullable = MethodSpec.parse("ooospec:nullable:slot")
     assert nullable.nullable and nullable.name == "ooospec:slot:nullable" and not MethodSpec.parse("ooospec").nullable
     assert not MethodSpec.parse("ooospec").shares_prefill and MethodSpec.parse("toolspec").shares_prefill
+    assert not MethodSpec.parse("toolspec:both_cores").shares_prefill  # its own, faster prefill
 
 
 @pytest.mark.parametrize("text, message", [
@@ -59,6 +61,7 @@ def test_method_options_parse_into_fields():
     ("ooospec:warp_speed", "unknown option"),
     ("toolspec:nullable", "applies only to"),
     ("toolspec:pld=sometimes", "pld="),
+    ("ooospec:both_cores", "applies only to"),
 ])
 def test_bad_method_names_say_what_is_wrong(text, message):
     with pytest.raises(ValueError, match=message) as err:
@@ -338,3 +341,11 @@ def test_speedup_intervals_and_the_generated_verdict():
     assert decode.speedup == pytest.approx(1.25) and decode.verdict == "faster"
     text = verdict(intervals, h2h)
     assert "OoO-Spec is faster than ToolSpec, 1.25x [1.25, 1.25], n = 12" in text and "1 of 1" in text
+
+
+def test_the_equal_hardware_control_decodes_on_both_cores(artifacts):
+    cfg = _config(targets=["tiny"], benchmarks=["bfcl"], methods=["toolspec", "toolspec:both_cores"], pin_cores=True)
+    records = run_bench(cfg, targets=TinyTargets(), load_requests=FILES.__getitem__)
+    control = [r for r in records if r["method"] == "toolspec:both_cores"]
+    assert len(control) == 2 and not any(r["shared_prefill"] for r in control)
+    assert all(r["identical_to_ar"] or r["near_tie"] for r in control)

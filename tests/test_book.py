@@ -91,3 +91,17 @@ def test_book_has_no_broken_images(built_book: Path):
             if src.startswith("http"):
                 continue
             assert (html / Path(page).parent / src).resolve().exists(), f"{page}: missing image {src}"
+
+
+def test_no_machine_noise_in_the_published_pages(built_book: Path):
+    """What a reader should never see: the build machine's paths, warnings, progress-bar lines."""
+    import os
+
+    html = built_book / "_build" / "html"
+    markers = {str(ROOT): "the checkout's absolute path", str(built_book.parent): "the build directory",
+               os.path.expanduser("~") + "/": "the home directory", "FutureWarning": "a FutureWarning",
+               "DeprecationWarning": "a DeprecationWarning", "it/s]": "a progress bar", "s/it]": "a progress bar"}
+    for page in _toc_files(built_book):
+        main = (html / f"{page}.html").read_text().split('id="main-content"', 1)[-1]
+        found = [what for marker, what in markers.items() if marker in main]
+        assert not found, f"{page}: {', '.join(sorted(set(found)))} in the published page"

@@ -13,6 +13,9 @@ The bench and the ablations name every variant as a string, so a notebook parame
   (by default it may not, see `ooospec.sidecar.predictor.SlotPredictor`);
 * ``delay=S`` (ooospec): seconds of latency injected after each wave (the latency sweep);
 * ``own_core``, ``shared_core``, ``in_process`` (ooospec): where the sidecar runs;
+* ``both_cores`` (ar, pld, toolspec): the equal-hardware control: the target decodes with two
+  threads on both cores (OoO-Spec's target has one core and its sidecar the other), with its own
+  prefill on both cores too;
 * ``budget=N`` (pld, toolspec, ooospec): draft nodes per tree; ``depth=N``: its depth limit (the
   control with the total nodes and depth of ``ooospec:hint_room=32`` is ``toolspec:budget=48:depth=32``);
 * ``hint_room=N`` (ooospec): N more nodes (and depth N) that only the hint may fill, on top of
@@ -78,6 +81,7 @@ class MethodSpec:
     nullable: bool = False  # the trained sidecar may answer null for required slots
     delay_s: float = 0.0
     placement: str = "own_core"
+    both_cores: bool = False  # the equal-hardware control of a baseline
     budget: int | None = None  # draft nodes; None: the target's default
     depth: int | None = None  # depth limit; None: the target's default
     hint_room: int = 0  # nodes only the hint may fill, on top of the budget (ablation)
@@ -132,6 +136,8 @@ class MethodSpec:
             parts.append(f"delay={self.delay_s:g}")
         if self.placement != "own_core":
             parts.append(self.placement)
+        if self.both_cores:
+            parts.append("both_cores")
         if self.budget is not None:
             parts.append(f"budget={self.budget}")
         if self.depth is not None:
@@ -149,15 +155,16 @@ class MethodSpec:
     @property
     def shares_prefill(self) -> bool:
         """AR, PLD and ToolSpec may start from one measured prefill per request; OoO-Spec may
-        not, because its sidecar works *during* the target's prefill (that overlap is the point)."""
-        return self.base != "ooospec"
+        not, because its sidecar works *during* the target's prefill (that overlap is the point),
+        and neither may a method on both cores (its prefill is faster: part of what it buys)."""
+        return self.base != "ooospec" and not self.both_cores
 
 
 _ALLOWED: dict[str, set[str]] = {
-    "ar": set(),
-    "pld": {"budget", "depth"},
-    "toolspec": {"fsm", "retrieval", "pld_mode", "budget", "depth"},
-    "ooospec": {f.name for f in fields(MethodSpec)} - {"base"},
+    "ar": {"both_cores"},
+    "pld": {"budget", "depth", "both_cores"},
+    "toolspec": {"fsm", "retrieval", "pld_mode", "budget", "depth", "both_cores"},
+    "ooospec": {f.name for f in fields(MethodSpec)} - {"base", "both_cores"},
 }
 
 
@@ -189,6 +196,9 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key in SIDECAR_KINDS and not value:
         need(("ooospec",))
         return "sidecar", key
+    if key == "both_cores" and not value:
+        need(("ar", "pld", "toolspec"))
+        return "both_cores", True
     if key in PLACEMENTS and not value:
         need(("ooospec",))
         return "placement", key

@@ -28,6 +28,7 @@ How a run is laid out, and why:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -396,11 +397,26 @@ class SliceRunner:
         service = self.pool.service(spec)
         if service is not None:
             service.wait_idle()
-        result = decode(self.target, sources, request, max_new_tokens,
-                        method_budget(spec, self.target.name), prefill=prefill, verifier=self.verifier)
+        with self.both_cores() if spec.both_cores else contextlib.nullcontext():
+            result = decode(self.target, sources, request, max_new_tokens,
+                            method_budget(spec, self.target.name), prefill=prefill, verifier=self.verifier)
         if service is not None:
             service.wait_idle()  # outside timing: the next decode finds the sidecar free
         return result
+
+    @contextlib.contextmanager
+    def both_cores(self) -> Iterator[None]:
+        """The equal-hardware control: the target on its own core and the sidecar's, two threads."""
+        cores = self.pool.cores
+        old_affinity, old_threads = os.sched_getaffinity(0), torch.get_num_threads()
+        if cores.pinned:
+            os.sched_setaffinity(0, {cores.target_core, cores.sidecar_core})
+        torch.set_num_threads(2 * self.cfg.threads)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, old_affinity)
+            torch.set_num_threads(old_threads)
 
     def warm_up(self, requests: list[Request]) -> None:
         """Untimed decodes through every method with throwaway sources (first-call overheads,

@@ -461,7 +461,8 @@ def output_accuracy(records: Iterable[dict[str, Any]], profile: str = "cpu") -> 
     return accuracy_table(scored, by=("target", "benchmark"))
 
 
-def verdict(intervals: pd.DataFrame, head_to_head: pd.DataFrame, phase: str = "decode") -> str:
+def verdict(intervals: pd.DataFrame, head_to_head: pd.DataFrame, phase: str = "decode",
+            control: pd.DataFrame | None = None) -> str:
     """The results in a few sentences, written from the run's own numbers (markdown).
 
     Per target x benchmark: OoO-Spec over ToolSpec and both over AR, ratio of total times with its
@@ -480,6 +481,12 @@ def verdict(intervals: pd.DataFrame, head_to_head: pd.DataFrame, phase: str = "d
         lines.append(f"* {row.target} / {row.benchmark}: OoO-Spec is {word} ToolSpec, {row.speedup:.2f}x "
                      f"[{row.ci_low:.2f}, {row.ci_high:.2f}], n = {row.n} (over AR: OoO-Spec {over_ar('ooospec')}, "
                      f"ToolSpec {over_ar('toolspec')}).")
+    if control is not None and not control.empty:
+        lines.append("\nEqual hardware (ToolSpec's target on both cores, two threads, against OoO-Spec's target on "
+                     "one core and its sidecar on the other):")
+        for _, row in control[(control.phase == phase) & (control.method == "ooospec")].iterrows():
+            lines.append(f"* {row.target} / {row.benchmark}: OoO-Spec over ToolSpec on both cores "
+                         f"{row.speedup:.2f}x [{row.ci_low:.2f}, {row.ci_high:.2f}], n = {row.n} ({row.verdict}).")
     faster = int((h2h.verdict == "faster").sum())
     lines.append(f"\nOoO-Spec beats ToolSpec with an interval above 1 in {faster} of {len(h2h)} target x benchmark "
                  "cells here. The paper claims it in all 21 of its cells (GPUs, 4B-32B targets, a sidecar trained on "
