@@ -7,8 +7,13 @@ that reading a profile does not import torch and ``python -m ooospec.models.load
 
 from __future__ import annotations
 
+import warnings
 from importlib import import_module
 from typing import Any
+
+# peft (0.21) calls transformers' deprecated `is_gradient_checkpointing` on every adapter load and
+# LoRA setup; the warning concerns their APIs, not ours, and would be printed into every chapter
+warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
 
 _EXPORTS = {
     "Profile": "ooospec.models.registry",
