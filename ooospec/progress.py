@@ -7,9 +7,11 @@ stderr never is) or when ``OOOSPEC_NO_PROGRESS`` is set (the Makefile's papermil
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 from tqdm import tqdm
 
@@ -25,6 +27,23 @@ def quiet_library_bars() -> None:
     they read ``HF_HUB_DISABLE_PROGRESS_BARS`` when first imported."""
     if not progress_wanted():
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        # bare tqdm bars inside libraries (transformers' GGUF dequantization): tqdm reads TQDM_*
+        # overrides when it is first imported
+        os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+@contextmanager
+def quiet_tqdm_in(module: Any) -> Iterator[None]:
+    """Within the block, ``module.tqdm`` (a library's own bar) follows our rule too; for a library
+    that imported tqdm before `quiet_library_bars` could set ``TQDM_DISABLE``."""
+    original = getattr(module, "tqdm", None)
+    if original is not None and not progress_wanted():
+        module.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        if original is not None:
+            module.tqdm = original
 
 
 def progress_bar(iterable: Iterable[Any] | None = None, *, disable: bool = False, **kwargs: Any) -> tqdm:

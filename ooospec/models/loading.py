@@ -178,8 +178,13 @@ def _dequantize(spec: ModelSpec, paths: list[Path], directory: Path) -> None:
                 with open(path, "rb") as part:
                     shutil.copyfileobj(part, out, _CHUNK)
     dtype = getattr(torch, CHECKPOINT_DTYPE)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_name, dtype=dtype)
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    from ooospec.progress import quiet_tqdm_in
+
+    with quiet_tqdm_in(gguf_utils):  # its bar would print ~300 lines into a notebook chapter
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_name, dtype=dtype)
     config = copy.deepcopy(gguf_model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config

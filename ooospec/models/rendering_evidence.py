@@ -97,7 +97,7 @@ def derive_variant_by_benchmark(target: TargetModel, requests: list[Request], va
     which have no training requests) takes the majority over all answers. Ties keep the default.
     Returns the choice and every observation."""
     rows = []
-    for request in tqdm(requests, desc=f"rendering evidence {target.name}"):
+    for request in progress_bar(requests, desc=f"rendering evidence {target.name}"):
         raw, stopped = greedy_text(target, request, max_new_tokens)
         found = matching_variants(raw, variants)
         rows.append({"request_id": request.id, "benchmark": request.benchmark, "source": request.source,
