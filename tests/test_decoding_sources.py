@@ -14,7 +14,9 @@ from ooospec.decoding.json_value import JsonValueScanner
 from ooospec.decoding.pld import PromptLookup
 from ooospec.decoding.retrieval import CallRetrieval
 from ooospec.decoding.scaffold import derive_scaffold
-from ooospec.decoding.schema_fsm import SchemaCompileError, SchemaFSM, SchemaFSMSource, compile_schema
+from ooospec.decoding.schema_fsm import (
+    End, Keys, Names, SchemaCompileError, SchemaFSM, SchemaFSMSource, Start, Value, compile_schema,
+)
 from ooospec.decoding.text_drafts import tokens_continuing
 from ooospec.decoding.variants import BareJsonCall, json_variants
 from ooospec.models.formats import get_surface, surface_names
@@ -203,6 +205,38 @@ def test_fsm_proposes_names_then_keys_in_schema_order():
     nxt = [p.text for p in fsm.proposals(max_drafts=4)]
     # no required parameter is missing: closing the call first, then the other keys in schema order
     assert nxt == ["}}", ', "unit": "c"', ', "unit": "f"', ', "days": ']
+
+
+def test_fsm_grammar_says_what_fixed_text_leaves_each_node():
+    """The node grammar in one place: the matcher follows every edge in schema order, drafts
+    only the ranked ones (at most ``max_choices`` per node, no arguments for a function that
+    declares none, a chained call's opener alone)."""
+    fsm = SchemaFSM(compile_schema(TOOLS, get_surface("llama_json")), max_choices=2)
+    edges = fsm._edges
+
+    def rows(node):
+        return [(e.text, e.then, e.rank, e.drafted) for e in edges(node)]
+
+    assert rows(Start()) == [('{"name": "', Names(0), (0,), True)]
+    assert rows(Names(0))[2:] == [
+        ('get_time", "parameters": {"', Keys(0, 1, frozenset(), -1), (1,), True),
+        ('get_time", "parameters": {}}', End(0), (1, 3), True),  # empty arguments: ranked low
+        ('ping", "parameters": {"', Keys(0, 2, frozenset(), -1), (2,), False),  # past max_choices
+        ('ping", "parameters": {}}', End(0), (2, 0), False),
+    ]
+    # after "unit" (index 1): "days" ranks first, then "city" wraps around, past max_choices=1
+    narrow = SchemaFSM(fsm.compiled, max_choices=1)
+    assert [(e.text, e.then, e.rank, e.drafted) for e in narrow._edges(Keys(0, 0, frozenset({1}), 1))] == [
+        ('city": ', Value(0, 0, 0, frozenset({0, 1})), (1,), False),
+        ('days": ', Value(0, 0, 2, frozenset({1, 2})), (0,), True),
+    ]
+    # the required "city" is missing: more keys first; given, the end of the call first
+    assert [e.then for e in edges(Value(0, 0, 1, frozenset({1})))] == [Keys(0, 0, frozenset({1}), 1), End(0)]
+    assert [e.then for e in edges(Value(0, 0, 0, frozenset({0})))] == [End(0), Keys(0, 0, frozenset({0}), 0)]
+    # after a call: the end of the reply, or (ranked low) the next call's opener and no further
+    assert [(p.text, p.eos, p.rank) for p in fsm._expand(End(0))] == [
+        ("", True, (0,)), ('\n{"name": "', False, (3,)),
+    ]
 
 
 def test_bare_variant_is_derived_only_where_it_differs():

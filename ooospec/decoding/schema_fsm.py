@@ -148,9 +148,76 @@ def compile_schema(tools: list[dict[str, Any]], surface: SurfaceFormat | None,
     return CompiledSchema(tuple(compiled))
 
 
+# ---- the call grammar ---------------------------------------------------------------------------
+# A node is a point in a call where a piece of fixed text ends: a choice among fixed texts
+# (function names, argument keys) or a stretch of free text (prose before a call, a value, the
+# end of the call). Every node but `Start` carries its variant ``v``: each rendering is its own
+# grammar. What fixed text leaves each node is said in one place, `SchemaFSM._grammar`.
+
+
+@dataclass(frozen=True)
+class Start:
+    """Before any call: prose, until a call opener of some variant begins."""
+
+
+@dataclass(frozen=True)
+class Names:
+    """Right after a call opener of variant ``v``: a function name follows."""
+
+    v: int
+
+
+@dataclass(frozen=True)
+class Keys:
+    """An argument key of function ``fn`` follows. ``used``: the parameters given so far;
+    ``last``: the latest of them (drafts propose the key after it in schema order first)."""
+
+    v: int
+    fn: int
+    used: frozenset[int]
+    last: int
+
+
+@dataclass(frozen=True)
+class Value:
+    """The value of parameter ``param`` of ``fn`` (`FREE_PARAM` under an undeclared key), which
+    ``used`` already counts: free text, then more keys or the end of the call."""
+
+    v: int
+    fn: int
+    param: int
+    used: frozenset[int]
+
+
+@dataclass(frozen=True)
+class End:
+    """A complete call of variant ``v``: the reply may end, or (where the surface chains calls)
+    another call follow."""
+
+    v: int
+
+
+Node = Start | Names | Keys | Value | End
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A piece of fixed text out of a node, and the node entered once it is read.
+
+    The matcher follows every edge, since targets write unlikely calls too. Drafts are choosier:
+    ``drafted`` is false for an edge they never propose (beyond ``max_choices`` alternatives, or
+    arguments for a function that declares none), and ``draft_through`` false for one whose
+    draft stops at its own text (a second call's opener: which function is anyone's guess)."""
+
+    text: str
+    then: Node
+    phase: str  # what `SchemaFSM.position` reports while inside the text
+    rank: tuple[int, ...]  # its place among the node's drafts, likeliest first
+    drafted: bool = True
+    draft_through: bool = True
+
+
 # ---- matcher configurations -------------------------------------------------------------------
-# A node is where a piece of fixed text leads, always tagged with its variant v:
-# ("names", v), ("keys", v, fn, used, last), ("value", v, fn, param, used) or ("after", v).
 
 
 class Lit(NamedTuple):
@@ -158,28 +225,29 @@ class Lit(NamedTuple):
 
     text: str
     offset: int
-    then: tuple
+    then: Node
     phase: str
+
+    @staticmethod
+    def of(edge: Edge) -> "Lit":
+        return Lit(edge.text, 0, edge.then, edge.phase)
 
 
 class Before(NamedTuple):
-    """Free text before a call (prose); any character may start a call opener."""
+    """Free text before a call (prose), at `Start`; any character may start a call opener."""
 
 
 class After(NamedTuple):
-    """A complete call of variant ``v`` has been read."""
+    """A complete call has been read: at ``node``."""
 
-    v: int
+    node: End
 
 
 class FreeKey(NamedTuple):
-    """Inside an argument key the schema does not declare (models do invent keys); it ends at the
-    key-value separator, and the call is followed again from its value on."""
+    """Inside an argument key the schema does not declare (models do invent keys), at ``node``;
+    it ends at the key-value separator, and the call is followed again from its value on."""
 
-    v: int
-    fn: int
-    used: frozenset[int]
-    last: int
+    node: Keys
     text: str
 
 
@@ -188,16 +256,14 @@ MAX_FREE_KEY = 64  # characters; a longer "key" means the text is not a call any
 
 @dataclass
 class InValue:
-    v: int
-    fn: int
-    param: int
-    used: frozenset[int]
+    """Inside the value at ``node``; ``scanner`` has read it so far."""
+
+    node: Value
     scanner: JsonValueScanner
 
     def key(self) -> tuple:
         s = self.scanner
-        return ("value", self.v, self.fn, self.param, self.used, s.kind, s.text, s.in_string, s.escaped,
-                tuple(s.stack), s.closed)
+        return ("value", self.node, s.kind, s.text, s.in_string, s.escaped, tuple(s.stack), s.closed)
 
 
 Config = Lit | Before | After | InValue | FreeKey
@@ -215,18 +281,87 @@ class Proposal(NamedTuple):
 
 
 class SchemaFSM:
-    """Live match of the committed text against a compiled schema."""
+    """Live match of the committed text against a compiled schema.
+
+    Reading text (`sync`) and proposing (`proposals`) both walk the grammar through `_edges`
+    (`_grammar`, memoized): `_enter` turns a node into live configurations, `_expand` into drafts."""
 
     def __init__(self, compiled: CompiledSchema, max_choices: int = 8, guess_value_end: bool = True):
         self.compiled = compiled
         self.variants = compiled.variants
         self.max_choices = max_choices
         self.guess_value_end = guess_value_end
+        # both depend on the node alone: computed once per node and request (read-only lists)
+        self._edge_memo: dict[Node, list[Edge]] = {}
+        self._draft_memo: dict[Node, list[Proposal]] = {}
         self.reset()
 
     def reset(self) -> None:
         self.configs: list[Config] = [Before()]
         self.fed = ""
+
+    # -- the grammar --
+
+    def _edges(self, node: Node) -> list[Edge]:
+        """`_grammar` of ``node``, once per node."""
+        edges = self._edge_memo.get(node)
+        if edges is None:
+            edges = self._edge_memo[node] = self._grammar(node)
+        return edges
+
+    def _grammar(self, node: Node) -> list[Edge]:
+        """The one interpreter of the node grammar: the fixed texts out of ``node``, in the order
+        the matcher tries them (drafts reorder them by rank)."""
+        if isinstance(node, Start):  # any variant's opener, the frozen rendering first
+            return [Edge(x.scaffold.call_open, Names(v), "prefix", (v,)) for v, x in enumerate(self.variants)]
+        sc = self.variants[node.v].scaffold
+        if isinstance(node, Names):
+            return self._name_edges(node, sc)
+        if isinstance(node, Keys):
+            return self._key_edges(node, sc)
+        if isinstance(node, Value):
+            return self._value_exits(node, sc)
+        if sc.call_sep is None:  # End, in a surface that writes one call per reply
+            return []
+        # models rarely chain calls: rank the next opener low
+        return [Edge(sc.call_sep + sc.call_open, Names(node.v), "prefix", (3,), draft_through=False)]
+
+    def _name_edges(self, node: Names, sc: Scaffold) -> list[Edge]:
+        """Each function with its arguments opened, or with none (ranked low for a function that
+        has parameters). Arguments are followed even for a function that declares none (models
+        add some), but not drafted."""
+        out = []
+        for fi, fn in enumerate(self.variants[node.v].functions):
+            listed = fi < self.max_choices
+            keys = Keys(node.v, fi, frozenset(), -1)
+            out.append(Edge(fn.name_text + sc.args_open, keys, "name", (fi,), listed and bool(fn.params)))
+            no_args_rank = (fi, len(fn.params) + 1 if fn.params else 0)
+            out.append(Edge(fn.name_text + sc.noargs_close, End(node.v), "name", no_args_rank, listed))
+        return out
+
+    def _key_edges(self, node: Keys, sc: Scaffold) -> list[Edge]:
+        """Every parameter not given yet. Calls mostly follow the schema's order, so drafts rank
+        the parameters after the latest given one first, then wrap around."""
+        params = self.variants[node.v].functions[node.fn].params
+        free = [pi for pi in range(len(params)) if pi not in node.used]
+        order = [pi for pi in free if pi > node.last] + [pi for pi in free if pi <= node.last]
+        place = {pi: rank for rank, pi in enumerate(order)}
+        return [
+            Edge(params[pi].key_text + sc.kv_sep, Value(node.v, node.fn, pi, node.used | {pi}), "key",
+                 (place[pi],), place[pi] < self.max_choices)
+            for pi in free
+        ]
+
+    def _value_exits(self, node: Value, sc: Scaffold) -> list[Edge]:
+        """The two ways out of a finished value: more keys, or the end of the call; the likelier
+        first (more keys while a required parameter is still missing)."""
+        params = self.variants[node.v].functions[node.fn].params
+        last = node.param if node.param != FREE_PARAM else max(node.used, default=-1)
+        more = (sc.between, Keys(node.v, node.fn, node.used, last))
+        done = (sc.args_close, End(node.v))
+        missing_required = any(p.required and pi not in node.used for pi, p in enumerate(params))
+        exits = [more, done] if missing_required else [done, more]
+        return [Edge(text, then, "close", (rank,)) for rank, (text, then) in enumerate(exits)]
 
     # -- reading committed text --
 
@@ -260,41 +395,21 @@ class SchemaFSM:
             c for c in nxt if not (isinstance(c, Lit) and c.phase == "prefix" and c.offset < longest[c.text])
         ] or [Before()]  # the text left every allowed call: wait for a new call to start
 
-    def _opener(self, v: int, after_call: bool = False) -> Lit:
-        sc = self.variants[v].scaffold
-        text = (sc.call_sep or "") + sc.call_open if after_call else sc.call_open
-        return Lit(text, 0, ("names", v), "prefix")
-
-    def _enter(self, node: tuple) -> list[Config]:
-        kind, v = node[0], node[1]
-        variant = self.variants[v]
-        sc = variant.scaffold
-        if kind == "names":
-            out: list[Config] = []
-            for fi, fn in enumerate(variant.functions):
-                # arguments are followed even for a function that declares none (models add some)
-                out.append(Lit(fn.name_text + sc.args_open, 0, ("keys", v, fi, frozenset(), -1), "name"))
-                out.append(Lit(fn.name_text + sc.noargs_close, 0, ("after", v), "name"))
-            return out
-        if kind == "keys":
-            _, _, fi, used, last = node
-            known: list[Config] = [
-                Lit(p.key_text + sc.kv_sep, 0, ("value", v, fi, pi, used | {pi}), "key")
-                for pi, p in enumerate(variant.functions[fi].params)
-                if pi not in used
-            ]
-            return known + [FreeKey(v, fi, used, last, "")]
-        if kind == "value":
-            _, _, fi, pi, used = node
-            return [InValue(v, fi, pi, used, JsonValueScanner())]
-        return [After(v)]
+    def _enter(self, node: Node) -> list[Config]:
+        """The live configurations once the text leading to ``node`` is read. Free text (a value,
+        whatever follows a call) is one configuration that reads it and tries the node's edges
+        after it; a choice of fixed texts (names, keys) is one configuration per text, so that
+        each ranks by its own place among the live ones."""
+        if isinstance(node, Value):
+            return [InValue(node, JsonValueScanner())]
+        if isinstance(node, End):
+            return [After(node)]
+        lits: list[Config] = [Lit.of(edge) for edge in self._edges(node)]
+        return lits + [FreeKey(node, "")] if isinstance(node, Keys) else lits
 
     def _step(self, config: Config, ch: str) -> list[Config]:
         if isinstance(config, Before):  # kept last, so configurations that read more rank first
-            out: list[Config] = []
-            for v in range(len(self.variants)):
-                out.extend(self._step(self._opener(v), ch))
-            return out + [config]
+            return self._step_edges(Start(), ch) + [config]
         if isinstance(config, Lit):
             if config.text[config.offset] != ch:
                 return []
@@ -302,41 +417,32 @@ class SchemaFSM:
                 return self._enter(config.then)
             return [config._replace(offset=config.offset + 1)]
         if isinstance(config, FreeKey):
-            text = config.text + ch
-            kv_sep = self.variants[config.v].scaffold.kv_sep
-            if text.endswith(kv_sep) and len(text) > len(kv_sep):
-                key = text[: -len(kv_sep)]
-                if any(p.key_text == key for p in self.variants[config.v].functions[config.fn].params):
-                    return []  # a declared key: its own configuration follows it
-                return [InValue(config.v, config.fn, FREE_PARAM, config.used, JsonValueScanner())]
-            return [config._replace(text=text)] if len(text) <= MAX_FREE_KEY else []
+            return self._step_free_key(config, ch)
         if isinstance(config, InValue):
             scanner = config.scanner.copy()
             verdict = scanner.feed(ch)
             if verdict == "value":
-                return [InValue(config.v, config.fn, config.param, config.used, scanner)]
+                return [InValue(config.node, scanner)]
             if verdict == "error":
                 return []
-            out = []
-            for lit in self._after_value(config):
-                out.extend(self._step(lit, ch))
-            return out
-        if self.variants[config.v].scaffold.call_sep is not None:  # After: another call may follow
-            return self._step(self._opener(config.v, after_call=True), ch)
-        return []
+            return self._step_edges(config.node, ch)  # the value ended before ``ch``
+        return self._step_edges(config.node, ch)  # After: another call may follow
 
-    def _after_value(self, config: InValue) -> list[Lit]:
-        """The two ways out of a finished value: more keys, or the end of the call; the likelier
-        first (more keys while a required parameter is still missing)."""
-        sc = self.variants[config.v].scaffold
-        params = self.variants[config.v].functions[config.fn].params
-        last = config.param if config.param != FREE_PARAM else max(config.used, default=-1)
-        more = Lit(sc.between, 0, ("keys", config.v, config.fn, config.used, last), "close")
-        done = Lit(sc.args_close, 0, ("after", config.v), "close")
-        if len(config.used) == len(params):
-            return [done, more]  # every declared key given: only an undeclared one could follow
-        missing_required = any(p.required and i not in config.used for i, p in enumerate(params))
-        return [more, done] if missing_required else [done, more]
+    def _step_edges(self, node: Node, ch: str) -> list[Config]:
+        out: list[Config] = []
+        for edge in self._edges(node):
+            out.extend(self._step(Lit.of(edge), ch))
+        return out
+
+    def _step_free_key(self, config: FreeKey, ch: str) -> list[Config]:
+        node, text = config.node, config.text + ch
+        kv_sep = self.variants[node.v].scaffold.kv_sep
+        if text.endswith(kv_sep) and len(text) > len(kv_sep):
+            key = text[: -len(kv_sep)]
+            if any(p.key_text == key for p in self.variants[node.v].functions[node.fn].params):
+                return []  # a declared key: its own configuration follows it
+            return [InValue(Value(node.v, node.fn, FREE_PARAM, node.used), JsonValueScanner())]
+        return [config._replace(text=text)] if len(text) <= MAX_FREE_KEY else []
 
     # -- where are we --
 
@@ -376,32 +482,49 @@ class SchemaFSM:
 
     def _expand_config(self, config: Config) -> list[Proposal]:
         if isinstance(config, Before):
-            if self.fed:
-                return []  # prose: a call opener is proposed once its first character appears
-            out = []
-            for v in range(len(self.variants)):  # the frozen rendering first
-                for prop in self._prefixed(self._opener(v).text, self._expand_node(("names", v))):
-                    out.append(prop._replace(rank=(v,) + prop.rank))
-            return out
+            # prose: a call opener is proposed once its first character appears
+            return [] if self.fed else self._expand_edges(Start())
         if isinstance(config, Lit):
-            return self._prefixed(config.text[config.offset :], self._expand_node(config.then))
+            return self._prefixed(config.text[config.offset :], self._expand(config.then))
         if isinstance(config, After):
-            return self._expand_node(("after", config.v))
+            return self._expand(config.node)
         if isinstance(config, FreeKey):
             return []
         return self._expand_value(config)
 
+    def _expand(self, node: Node) -> list[Proposal]:
+        """Drafts from the moment ``node`` is reached, each up to the next free text."""
+        drafts = self._draft_memo.get(node)
+        if drafts is None:
+            drafts = self._draft_memo[node] = self._drafts_at(node)
+        return drafts
+
+    def _drafts_at(self, node: Node) -> list[Proposal]:
+        if isinstance(node, Value):  # a value begins: only what the schema fixes about it
+            return self._expand_value(InValue(node, JsonValueScanner())) or [Proposal("", False, ())]
+        end = [Proposal("", True, (0,))] if isinstance(node, End) else []  # the reply may end here
+        return end + self._expand_edges(node)
+
+    def _expand_edges(self, node: Node) -> list[Proposal]:
+        """The drafted edges out of ``node``, likeliest first, each continued by what follows it."""
+        out: list[Proposal] = []
+        for edge in sorted((e for e in self._edges(node) if e.drafted), key=lambda e: e.rank):
+            tails = self._expand(edge.then) if edge.draft_through else []
+            for prop in self._prefixed(edge.text, tails):
+                out.append(prop._replace(rank=edge.rank + prop.rank))
+        return out
+
     def _expand_value(self, config: InValue) -> list[Proposal]:
-        params = self.variants[config.v].functions[config.fn].params
-        param = params[config.param] if config.param != FREE_PARAM else UNDECLARED
-        scanner = config.scanner
+        node, scanner = config.node, config.scanner
+        params = self.variants[node.v].functions[node.fn].params
+        param = params[node.param] if node.param != FREE_PARAM else UNDECLARED
         if scanner.complete:
             # closed string, literal or container: the scaffold after it is fixed. A number may
             # still grow, but numbers are short, so its end ranks with the scaffold, not the guesses
-            return self._after_value_text(config, "")
+            return self._expand_edges(node)
         if scanner.kind == "string" and len(scanner.text) > 1 and not scanner.escaped and self.guess_value_end:
             # an open string may end at any point: bet on the closing quote plus what follows
-            return [prop._replace(guess=True) for prop in self._after_value_text(config, '"')[:1]]
+            return [prop._replace(text='"' + prop.text, guess=True) for prop in self._expand_edges(node)[:1]]
         typed = scanner.text.lstrip()
         if param.choices:
             return [
@@ -412,47 +535,6 @@ class SchemaFSM:
         if not scanner.started and param.is_string:
             return [Proposal('"', False, ())]
         return []
-
-    def _after_value_text(self, config: InValue, closer: str) -> list[Proposal]:
-        out: list[Proposal] = []
-        for rank, lit in enumerate(self._after_value(config)):
-            for prop in self._prefixed(closer + lit.text, self._expand_node(lit.then)):
-                out.append(prop._replace(rank=(rank,) + prop.rank))
-        return out
-
-    def _expand_node(self, node: tuple) -> list[Proposal]:
-        kind, v = node[0], node[1]
-        variant = self.variants[v]
-        sc = variant.scaffold
-        if kind == "names":
-            out: list[Proposal] = []
-            for fi, fn in enumerate(variant.functions[: self.max_choices]):
-                if fn.params:
-                    head = fn.name_text + sc.args_open
-                    for prop in self._prefixed(head, self._expand_node(("keys", v, fi, frozenset(), -1))):
-                        out.append(prop._replace(rank=(fi,) + prop.rank))
-                tail = self._prefixed(fn.name_text + sc.noargs_close, self._expand_node(("after", v)))
-                for prop in tail:  # an empty argument map is the unlikely way for a function with params
-                    out.append(prop._replace(rank=(fi, len(fn.params) + 1 if fn.params else 0) + prop.rank))
-            return out
-        if kind == "keys":
-            _, _, fi, used, last = node
-            params = variant.functions[fi].params
-            order = [i for i in range(last + 1, len(params)) if i not in used]
-            order += [i for i in range(0, last + 1) if i not in used]
-            out = []
-            for rank, pi in enumerate(order[: self.max_choices]):
-                head = params[pi].key_text + sc.kv_sep
-                for prop in self._prefixed(head, self._expand_node(("value", v, fi, pi, used | {pi}))):
-                    out.append(prop._replace(rank=(rank,) + prop.rank))
-            return out
-        if kind == "after":
-            out = [Proposal("", True, (0,))]
-            if sc.call_sep is not None:  # models rarely chain calls: rank it low
-                out.append(Proposal(self._opener(v, after_call=True).text, False, (3,)))
-            return out
-        _, _, fi, pi, used = node
-        return self._expand_value(InValue(v, fi, pi, used, JsonValueScanner())) or [Proposal("", False, ())]
 
     @staticmethod
     def _prefixed(head: str, tails: list[Proposal]) -> list[Proposal]:
