@@ -120,21 +120,22 @@ def variant_choice(rows: list[dict[str, Any]], variants: dict[str, SurfaceFormat
     return choice
 
 
-def rederive_from_traces(trace_records: list[dict[str, Any]], note: str) -> dict[str, Any]:
-    """Re-derive the Qwen rendering's variant choice from the teacher's traces of dev requests.
+def qwen_layouts() -> dict[str, SurfaceFormat]:
+    """Every frozen layout of the Qwen surface, by name."""
+    from ooospec.models.formats.qwen_fenced_json import QwenFencedJson, frozen_rendering
 
-    The teacher of the cpu profile *is* the Qwen target (same weights, prompt style, arithmetic),
-    so its greedy dev answers are exactly the observations the rendering needs, on requests that
-    are not evaluation requests."""
+    return {name: QwenFencedJson(name) for name in frozen_rendering()["variants"]}
+
+
+def store_qwen_evidence(rows: list[dict[str, Any]], note: str) -> dict[str, Any]:
+    """Write the observations and the majority layout per benchmark into the frozen rendering
+    (`configs/renderings/qwen_fenced_json.json`); the layouts themselves stay as they are."""
     import json
 
-    from ooospec.models.formats.qwen_fenced_json import RENDERING_FILE, QwenFencedJson, frozen_rendering
+    from ooospec.models.formats.qwen_fenced_json import RENDERING_FILE, frozen_rendering
     from ooospec.paths import configs_dir
 
-    variants = {name: QwenFencedJson(name) for name in frozen_rendering()["variants"]}
-    rows = [{"request_id": r["id"], "benchmark": r["benchmark"], "source": r["source"], "raw_text": r["raw_text"],
-             "stopped_on_eos": r["stopped_on_eos"], "variants": matching_variants(r["raw_text"], variants),
-             "calls": [c.to_dict() for c in variants["fenced"].parse(r["raw_text"])]} for r in trace_records]
+    variants = qwen_layouts()
     path = configs_dir() / "renderings" / RENDERING_FILE
     data = json.loads(path.read_text(encoding="utf-8"))
     data.pop("exact_matches_of_call_only_answers", None)
@@ -154,20 +155,27 @@ def rederive_from_traces(trace_records: list[dict[str, Any]], note: str) -> dict
     return data
 
 
+def rederive_from_traces(trace_records: list[dict[str, Any]], note: str) -> dict[str, Any]:
+    """Re-derive the Qwen rendering's variant choice from the teacher's traces of dev requests.
+
+    The teacher of the cpu profile *is* the Qwen target (same weights, prompt style, arithmetic),
+    so its greedy dev answers are exactly the observations the rendering needs, on requests that
+    are not evaluation requests."""
+    variants = qwen_layouts()
+    rows = [{"request_id": r["id"], "benchmark": r["benchmark"], "source": r["source"], "raw_text": r["raw_text"],
+             "stopped_on_eos": r["stopped_on_eos"], "variants": matching_variants(r["raw_text"], variants),
+             "calls": [c.to_dict() for c in variants["fenced"].parse(r["raw_text"])]} for r in trace_records]
+    return store_qwen_evidence(rows, note)
+
+
 def rederive_qwen_rendering(per_benchmark: int = 12, profile: str = "cpu", seed: int = 0,
                             max_new_tokens: int = 200) -> dict[str, Any]:
-    """Re-derive `configs/renderings/qwen_fenced_json.json`'s variant choice on dev requests.
-
-    The layouts themselves (fence, indent, array style) stay as frozen; what is re-observed is
-    which layout the target writes for which kind of request, and every stored observation now
-    comes from dev requests (``per_benchmark`` per dev benchmark, seeded)."""
-    import json
+    """Re-derive the Qwen rendering's variant choice by decoding ``per_benchmark`` dev requests
+    per dev benchmark (seeded); no evaluation request is observed."""
     import random
 
     from ooospec.data import load_split
-    from ooospec.models.formats.qwen_fenced_json import RENDERING_FILE, QwenFencedJson, frozen_rendering
     from ooospec.models.target import load_target
-    from ooospec.paths import configs_dir
 
     target = load_target("qwen2.5-coder-0.5b", profile)
     dev = load_split("dev")
@@ -175,28 +183,12 @@ def rederive_qwen_rendering(per_benchmark: int = 12, profile: str = "cpu", seed:
     for benchmark in sorted({r.benchmark for r in dev}):
         pool = [r for r in dev if r.benchmark == benchmark]
         chosen += random.Random(seed).sample(pool, min(per_benchmark, len(pool)))
-    variants = {name: QwenFencedJson(name) for name in frozen_rendering()["variants"]}
-    by_benchmark, rows = derive_variant_by_benchmark(target, chosen, variants, max_new_tokens)
-    path = configs_dir() / "renderings" / RENDERING_FILE
-    data = json.loads(path.read_text(encoding="utf-8"))
+    _, rows = derive_variant_by_benchmark(target, chosen, qwen_layouts(), max_new_tokens)
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
-    data.update({
-        "observed_at": time.strftime("%Y-%m-%d"),
-        "variant_by_benchmark": by_benchmark,
-        "evidence_source": (f"greedy answers of the target ({dtype}, profile {profile!r}) on {len(chosen)} dev requests "
-                            f"({per_benchmark} per dev benchmark, seed {seed}), max_new_tokens={max_new_tokens}; "
-                            "no evaluation request was observed. Re-derive with "
-                            "`python -m ooospec.models.rendering_evidence`."),
-        "observed": {"answers": len(rows),
-                     "in a frozen variant": sum(bool(r["variants"]) for r in rows),
-                     **{f"variant {v}": sum(v in r["variants"] for r in rows) for v in variants},
-                     "calls parsed but no variant reproduces them": sum(bool(r["calls"]) and not r["variants"] for r in rows),
-                     "no call": sum(not r["calls"] for r in rows)},
-        "observations": rows,
-    })
-    frozen_rendering.cache_clear()
-    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return data
+    return store_qwen_evidence(rows, (
+        f"greedy answers of the target ({dtype}, profile {profile!r}) on {len(chosen)} dev requests "
+        f"({per_benchmark} per dev benchmark, seed {seed}), max_new_tokens={max_new_tokens}; no evaluation "
+        "request was observed. Re-derive with `python -m ooospec.models.rendering_evidence`."))
 
 
 if __name__ == "__main__":
