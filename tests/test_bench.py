@@ -210,9 +210,11 @@ def test_hint_table_counts_arrivals_shares_and_bytes():
 def test_ablation_findings_are_computed_from_the_table():
     records = SYNTHETIC + [fake("ooospec:no_fsm", "a", 8.0, 18.0), fake("ooospec:no_fsm", "b", 20.0, 30.0)]
     table = ablation_table(records)
-    findings = ablation_findings(table)
-    no_fsm = next(line for line in findings if line.startswith("OoO-Spec, FSM off"))
-    assert "0.50x the speed of ooospec (slower)" in no_fsm  # (4+10)/(8+20) pooled means
+    no_fsm = next(line for line in ablation_findings(table, records) if line.startswith("OoO-Spec, FSM off"))
+    # (4+10)/(8+20) on the same two requests; both are 2x slower, so the interval is [0.50, 0.50]
+    assert "0.50x [0.50, 0.50] (n=2) the speed of ooospec (slower)" in no_fsm
+    unpaired = next(line for line in ablation_findings(table) if line.startswith("OoO-Spec, FSM off"))
+    assert "0.50x the speed of ooospec (no interval: no verdict)" in unpaired
 
 
 def test_latency_crossover_interpolates_where_the_hint_stops_paying():

@@ -257,20 +257,32 @@ def _sweep_reference(method: str) -> str | None:
     return None
 
 
-def ablation_findings(table: pd.DataFrame) -> list[str]:
-    """One sentence per ablation row, computed from the table (decode phase is the main effect)."""
+def ablation_findings(table: pd.DataFrame, records: Iterable[dict[str, Any]] | None = None) -> list[str]:
+    """One sentence per ablation row, computed from the run (decode phase is the main effect).
+
+    With ``records``, each ratio is the ratio of total decode times on the requests both methods
+    decoded, with its paired bootstrap 95% interval; an ablation is called faster or slower only
+    when the interval excludes 1 (without records, no verdict is given)."""
+    from ooospec.bench.intervals import paired_speedup
+
+    df = frame(records).set_index(KEYS) if records is not None else None
     by_method = {row.method: row for row in table.itertuples()}
     lines = []
     for row in table.itertuples():
         reference = by_method.get(row.compared_with) if isinstance(row.compared_with, str) else None
         if reference is None or row.method == row.compared_with:
             continue
-        ratio = reference.decode_s / row.decode_s if row.decode_s else math.nan
         e2e = reference.total_s / row.total_s if row.total_s else math.nan
-        verdict = "faster" if ratio > 1.02 else ("slower" if ratio < 0.98 else "no different (within 2%)")
-        lines.append(f"{row.variant}: decode phase {ratio:.2f}x the speed of {row.compared_with} ({verdict}), "
-                     f"end to end {e2e:.2f}x; MAT {row.mat:.2f} vs {reference.mat:.2f}; "
-                     f"lossless {row.lossless:.0%} ({row.requests} requests).")
+        if df is not None:
+            ours, theirs = df[df.method == row.method], df[df.method == row.compared_with]
+            both = ours.index.intersection(theirs.index)
+            decode = paired_speedup(theirs.loc[both, "decode_s"], ours.loc[both, "decode_s"])
+            speed = f"decode phase {decode} the speed of {row.compared_with} ({decode.verdict})"
+        else:
+            ratio = reference.decode_s / row.decode_s if row.decode_s else math.nan
+            speed = f"decode phase {ratio:.2f}x the speed of {row.compared_with} (no interval: no verdict)"
+        lines.append(f"{row.variant}: {speed}, end to end {e2e:.2f}x; MAT {row.mat:.2f} vs {reference.mat:.2f}; "
+                     f"bit-identical to AR {row.lossless:.0%} ({row.requests} requests).")
     return lines
 
 
