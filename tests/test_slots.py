@@ -139,3 +139,11 @@ def test_join_without_a_usable_function_index():
 def test_reference_call_keeps_schema_order():
     request = make_request()
     assert list(reference_call(request, request.gold[0]).arguments) == ["city", "guests"]
+
+
+def test_a_properties_list_names_the_tool_and_the_field():
+    from ooospec.sidecar.slots import ToolSchemaError, tool_parameters
+
+    bad = {"name": "book_hotel", "parameters": {"type": "object", "properties": [{"name": "city"}]}}
+    with pytest.raises(ToolSchemaError, match=r"tool 'book_hotel': parameters.properties must map"):
+        tool_parameters(bad)

@@ -93,10 +93,27 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."
 
 
+class ToolSchemaError(ValueError):
+    """A tool whose parameter schema the sidecar cannot read; the message names tool and field."""
+
+
+def tool_properties(tool: dict[str, Any]) -> dict[str, Any]:
+    """``parameters.properties`` of a tool, refusing anything but a mapping with the tool named
+    (a list of properties otherwise surfaces as "'list' object has no attribute 'items'")."""
+    params = tool.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise ToolSchemaError(f"tool {tool.get('name')!r}: parameters must be a JSON Schema object, "
+                              f"got {type(params).__name__}")
+    properties = params.get("properties") or {}
+    if not isinstance(properties, dict):
+        raise ToolSchemaError(f"tool {tool.get('name')!r}: parameters.properties must map parameter names to "
+                              f"schemas, got a {type(properties).__name__}")
+    return properties
+
+
 def tool_parameters(tool: dict[str, Any]) -> list[str]:
     """Parameter names of one tool in schema order (the order a target tends to emit them)."""
-    params = tool.get("parameters") or {}
-    return list((params.get("properties") or {}).keys())
+    return list(tool_properties(tool))
 
 
 def tool_required(tool: dict[str, Any]) -> set[str]:
@@ -118,9 +135,8 @@ def render_tools(tools: list[dict[str, Any]], cfg: SlotPromptConfig) -> str:
     lines = []
     for index, tool in enumerate(tools):
         lines.append(f"[{index}] {tool['name']}: {_clip(tool.get('description', ''), cfg.max_function_desc)}")
-        params = tool.get("parameters") or {}
         required = tool_required(tool)
-        for name, schema in (params.get("properties") or {}).items():
+        for name, schema in tool_properties(tool).items():
             schema = schema if isinstance(schema, dict) else {}
             mark = "*" if name in required else ""
             line = f"  {name}{mark} ({_type_name(schema)})"
