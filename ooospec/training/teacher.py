@@ -564,3 +564,19 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def committed_sets() -> list[dict[str, Any]]:
+    """One row per committed trace set (chunk): its split, records, valid calls, measured seconds
+    per request and the code commit that made it, from its `provenance.json`."""
+    rows = []
+    for folder in sorted(p.parent for p in committed_dir().glob("*/provenance.json")):
+        provenance = json.loads((folder / "provenance.json").read_text())
+        config = json.loads((folder / "config.json").read_text())
+        rows.append({"set": folder.name, "split": config.get("split"), "records": provenance.get("records"),
+                     "valid": provenance.get("valid"),
+                     "s/request": provenance.get("throughput", {}).get("seconds_per_request"),
+                     "decoder": config.get("generation", {}).get("decoder"),
+                     "arithmetic": config.get("generation", {}).get("dtype"),
+                     "code commit": (provenance.get("code_commit") or "")[:10]})
+    return rows
