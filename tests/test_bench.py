@@ -351,3 +351,35 @@ def test_the_equal_hardware_control_decodes_on_both_cores(artifacts):
     control = [r for r in records if r["method"] == "toolspec:both_cores"]
     assert len(control) == 2 and not any(r["shared_prefill"] for r in control)
     assert all(r["identical_to_ar"] or r["near_tie"] for r in control)
+
+
+def test_a_hung_sidecar_is_restarted_and_the_restart_recorded():
+    from ooospec.bench.runner import BenchPlan, CorePlan, SliceRunner
+
+    class HungService:
+        timeout_s, alive, restarts = 1.0, True, 0
+
+        def wait_idle(self, timeout_s=None):
+            return self.restarts > 0 or not getattr(self, "decoded", False)
+
+        def restart(self):
+            self.restarts += 1
+
+    class Pool:
+        cores = CorePlan(None, None)
+
+        def __init__(self):
+            self.hung = HungService()
+
+        def service(self, spec):
+            return self.hung
+
+    targets = TinyTargets()
+    target = targets.load("tiny")
+    pool = Pool()
+    runner = SliceRunner(_config(), BenchPlan("gold", None, [MethodSpec("toolspec")], {}, []), target, pool, None)
+    request = FILES["bfcl"][0]
+    pool.hung.decoded = True  # the job of this decode is never answered
+    result = runner.decode_one(MethodSpec("toolspec"), [], request, 4, None)
+    assert pool.hung.restarts == 1
+    assert [e["reason"] for e in result.trace.of_kind("sidecar_restarted")] == ["still busy after 1 s"]

@@ -369,6 +369,7 @@ def make_record(result: DecodeResult, *, target: str, benchmark: str, request: R
         "method_base": spec.base,
         "sidecar": sidecar,
         "shared_prefill": shared_prefill,
+        "sidecar_restarted": any(e["kind"] == "sidecar_restarted" for e in record["trace"]),
         "identical_to_ar": diff is None,
         # a first difference where AR's own top-2 gap is within the arithmetic's rounding
         "near_tie": mismatch is not None and mismatch["ar_margin"] is not None and mismatch["ar_margin"] < tie_gap,
@@ -400,8 +401,12 @@ class SliceRunner:
         with self.both_cores() if spec.both_cores else contextlib.nullcontext():
             result = decode(self.target, sources, request, max_new_tokens,
                             method_budget(spec, self.target.name), prefill=prefill, verifier=self.verifier)
-        if service is not None:
-            service.wait_idle()  # outside timing: the next decode finds the sidecar free
+        if service is not None and not service.wait_idle():  # outside timing: the next decode finds it free
+            # the sidecar hung or died: without a restart every later request would silently get
+            # no hint (plain ToolSpec); restart it and say so in this record's trace
+            reason = "died" if not service.alive else f"still busy after {service.timeout_s:.0f} s"
+            service.restart()
+            result.trace.emit("sidecar_restarted", reason=reason)
         return result
 
     @contextlib.contextmanager
