@@ -383,3 +383,16 @@ def test_a_hung_sidecar_is_restarted_and_the_restart_recorded():
     result = runner.decode_one(MethodSpec("toolspec"), [], request, 4, None)
     assert pool.hung.restarts == 1
     assert [e["reason"] for e in result.trace.of_kind("sidecar_restarted")] == ["still busy after 1 s"]
+
+
+def test_a_request_the_target_cannot_be_prompted_with_is_recorded_not_fatal(artifacts):
+    from ooospec.bench.summary import main_table
+
+    empty = Request("apibank-empty", "apibank", "eval", [], FILES["apibank"][0].tools, None)
+    files = {"apibank": [empty] + FILES["apibank"][:2], "bfcl": FILES["bfcl"]}
+    cfg = _config(targets=["tiny"], benchmarks=["apibank"], methods=["toolspec"], requests=None, warmup=0)
+    records = run_bench(cfg, targets=TinyTargets(), load_requests=files.__getitem__)
+    assert {r["request_id"] for r in records} == {r.id for r in FILES["apibank"][:2]}
+    assert [f["request_id"] for f in records.failed] == ["apibank-empty"]
+    assert "empty dialogue" in records.failed[0]["error"] and any("apibank-empty" in n for n in records.notes())
+    assert set(main_table(records).failed_requests) == {1}

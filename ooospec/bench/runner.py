@@ -434,8 +434,15 @@ class SliceRunner:
     def run(self, benchmark: str, requests: list[Request]) -> list[dict[str, Any]]:
         sources = {spec: method_sources(spec, self.pool.service(spec)) for spec in self.plan.methods}
         records: list[dict[str, Any]] = []
+        self.failed: list[dict[str, Any]] = []
         bar = progress_bar(requests, desc=f"{self.target.name} / {benchmark}", unit="req")
         for position, request in enumerate(bar):
+            try:  # a request the target cannot be prompted with is recorded, never aborts the slice
+                self.target.prompt_ids(request)
+            except ValueError as err:
+                self.failed.append({"target": self.target.name, "benchmark": benchmark, "request_id": request.id,
+                                    "position": position, "error": str(err)})
+                continue
             ar: DecodeResult | None = None
             shared: Prefill | None = None
             for spec in self.plan.methods:
@@ -468,6 +475,12 @@ def slice_path(stage: Stage, target: str, fingerprint: str, benchmark: str) -> P
     return stage.dir / "slices" / f"{target}@{fingerprint}" / f"{benchmark}.jsonl"
 
 
+def failed_path(slice_file: Path) -> Path:
+    """Requests of a slice that could not be decoded, with the reason (not a ``*.jsonl``, so
+    `assemble_records` reads only decoded records)."""
+    return slice_file.with_suffix(".failed.json")
+
+
 def write_slice(path: Path, records: list[dict[str, Any]]) -> None:
     """All of a slice's records at once (tmp file + rename): a slice file is always complete."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -493,10 +506,12 @@ class BenchRecords(list):
     """The records of a run (a plain list of dicts) plus what the run could not do."""
 
     def __init__(self, records: list[dict[str, Any]], stage: Stage, plan: BenchPlan,
-                 skipped_targets: dict[str, str], cores: CorePlan | None):
+                 skipped_targets: dict[str, str], cores: CorePlan | None,
+                 failed: list[dict[str, Any]] | None = None):
         super().__init__(records)
         self.stage, self.plan = stage, plan
         self.skipped_targets, self.cores = skipped_targets, cores
+        self.failed = list(failed or [])  # requests that could not be decoded, counted in n
 
     @property
     def sidecar(self) -> str:
@@ -509,6 +524,8 @@ class BenchRecords(list):
         lines = [f"OoO-Spec ran with {which}"] + list(self.plan.notes)
         lines += [f"target {t} skipped: {why}" for t, why in self.skipped_targets.items()]
         lines += [f"method {m} skipped: {why}" for m, why in self.plan.skipped_methods.items()]
+        lines += [f"request {f['request_id']} ({f['target']} / {f['benchmark']}) not decoded: {f['error']}"
+                  for f in self.failed]
         if self.cores is not None and not self.cores.pinned:
             lines.append("cores not pinned (fewer than 2 cores available or pin_cores=False)")
         return lines
@@ -547,13 +564,16 @@ def run_bench(cfg: BenchConfig, *, targets: TargetProvider | None = None,
     assemble_records(stage)
     records = [r for name, fp in fingerprints.items() for b in cfg.benchmarks
                for r in read_jsonl(slice_path(stage, name, fp, b))]
+    failed = [f for name, fp in fingerprints.items() for b in cfg.benchmarks
+              if failed_path(slice_path(stage, name, fp, b)).exists()
+              for f in json.loads(failed_path(slice_path(stage, name, fp, b)).read_text())]
     status = {"targets": fingerprints, "skipped_targets": skipped, "skipped_methods": plan.skipped_methods,
               "sidecar": plan.sidecar, "sidecar_adapter": str(plan.adapter) if plan.adapter else None,
-              "notes": plan.notes, "cores": asdict(cores), "records": len(records)}
+              "notes": plan.notes, "cores": asdict(cores), "records": len(records), "failed_requests": len(failed)}
     stage.path("status.json").write_text(json.dumps(status, indent=2))
     if not skipped:
         stage.mark_done(**status)
-    return BenchRecords(records, stage, plan, skipped, cores)
+    return BenchRecords(records, stage, plan, skipped, cores, failed)
 
 
 def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: TargetProvider, name: str,
@@ -569,7 +589,10 @@ def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: Targe
             runner.warm_up(warmup_requests(files[first], samples[first], cfg.warmup))
         for benchmark in pending:
             records = runner.run(benchmark, samples[benchmark])
-            write_slice(slice_path(stage, name, fingerprint, benchmark), records)
+            path = slice_path(stage, name, fingerprint, benchmark)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            failed_path(path).write_text(json.dumps(runner.failed, indent=1))  # before the slice: it marks done
+            write_slice(path, records)
             check_lossless(records, f"{name}/{benchmark}")  # after writing: the slice stays for inspection
     finally:
         pool.close()

@@ -100,7 +100,9 @@ def versus(records: Iterable[dict[str, Any]], reference: str, by: tuple[str, ...
 
 
 def main_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """The paper-style table: per target x benchmark x method, plus OoO-Spec vs ToolSpec."""
+    """The paper-style table: per target x benchmark x method, plus OoO-Spec vs ToolSpec, and the
+    requests of the cell that could not be decoded at all (`failed_requests`: part of n)."""
+    failed = Counter((f["target"], f["benchmark"]) for f in getattr(records, "failed", []))
     records = list(records)
     table = method_table(records)
     if table.empty:
@@ -109,6 +111,7 @@ def main_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     if "toolspec" in methods:
         table = table.merge(versus(records, "toolspec"), on=["target", "benchmark", "method"], how="left")
     table["held_out"] = table.benchmark.isin(HELD_OUT_BENCHMARKS)
+    table["failed_requests"] = [failed.get((t, b), 0) for t, b in zip(table.target, table.benchmark)]
     return table
 
 
