@@ -184,7 +184,7 @@ def test_hint_follows_the_layout_the_target_writes(tokenizer):
     fenced = QwenFencedJson("fenced").render([call])
     bank = HintBank(service=None)
     bank.ctx = _ctx(request, tokenizer, surface)
-    bank.hint, bank.done_polling = None, False  # what `begin` sets, without a sidecar
+    bank.hints, bank.done_polling = [], False  # what `begin` sets, without a sidecar
     bank.ticket = _ReadyTicket(call.compact())
     state = DecodeState(bank.ctx)
     state.commit(tokenizer.encode(fenced[: fenced.index('"get')], add_special_tokens=False))

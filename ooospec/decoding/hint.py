@@ -110,7 +110,6 @@ class HintBank(DraftSource):
     def begin(self, ctx: DecodeContext) -> None:
         self.ctx = ctx
         self.stats = HintStats()
-        self.hint: str | None = None
         self.hints: list[str] = []  # the call in every layout the target may use, expected first
         self.cursors: list[int] = []
         self.done_polling = False
@@ -144,21 +143,20 @@ class HintBank(DraftSource):
             return
         self.hints = list(dict.fromkeys(v.render([call]) for v in self.ctx.surface.variants(self.ctx.request)))
         self.cursors = [0] * len(self.hints)
-        self.hint = self.hints[0]
         self.stats.ready_round, self.stats.call = state.round_index, call.to_dict()
-        self.stats.hint_text = self.hint
+        self.stats.hint_text = self.hints[0]
         trace.emit("hint_ready", round=state.round_index, payload_bytes=result.payload_bytes,
-                   hint_chars=len(self.hint))
+                   hint_chars=len(self.hints[0]))
 
     def propose(self, state: DecodeState) -> list[Draft]:
-        if self.hint is None:
+        if not self.hints:
             if self.done_polling or self.ticket is None:
                 return []
             result = self.ticket.wait() if self.blocking else self.ticket.poll()
             if result is None:
                 return []
             self._take(result, state)
-            if self.hint is None:
+            if not self.hints:
                 return []
         # align the committed text with each layout of the hint; the longest match says which
         # layout the target is writing (ties go to the expected layout)
