@@ -20,6 +20,7 @@ from ooospec.bench.summary import (ablation_findings, ablation_table, arrival_bu
                                    hint_table, main_table, method_table)
 from ooospec.data.request import Request
 from ooospec.decoding.toolspec import ToolSpec
+from weather_requests import weather_requests
 
 # ---------------------------------------------------------------- method names
 
@@ -106,7 +107,7 @@ def test_fsm_off_proposes_nothing_where_the_fsm_would():
     from ooospec.models.tiny import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
-    request = _requests("apibank", 1)[0]
+    request = weather_requests("apibank", 1)[0]
     proposals = {}
     for spec in ("toolspec", "toolspec:no_fsm"):
         (source,) = method_sources(MethodSpec.parse(spec))
@@ -128,16 +129,10 @@ def test_config_rejects_unknown_benchmark_and_method():
 # ---------------------------------------------------------------- requests and records
 
 
-def _requests(prefix: str, n: int) -> list[Request]:
-    tools = [{"name": "get_weather", "description": "Weather of a city.",
-              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
-    cities = ["Paris", "Lyon", "Oslo", "Rome", "Bern", "Nice"]
-    return [Request(f"{prefix}-{i}", prefix, "eval", [{"role": "user", "content": f"Weather in {cities[i % 6]}?"}],
-                    tools, [{"name": "get_weather", "arguments": {"city": cities[i % 6]}}]) for i in range(n)]
 
 
 def test_sample_is_seeded_in_file_order_and_warmup_is_outside_it():
-    requests = _requests("apibank", 20)
+    requests = weather_requests("apibank", 20)
     sample = sample_requests(requests, 5, seed=3, benchmark="apibank")
     assert sample == sample_requests(requests, 5, seed=3, benchmark="apibank")
     assert sample != sample_requests(requests, 5, seed=4, benchmark="apibank")
@@ -273,7 +268,7 @@ def artifacts(tmp_path, monkeypatch):
     return tmp_path
 
 
-FILES = {"apibank": _requests("apibank", 6), "bfcl": _requests("bfcl", 6)}
+FILES = {"apibank": weather_requests("apibank", 6), "bfcl": weather_requests("bfcl", 6)}
 
 
 def _config(**overrides) -> BenchConfig:

@@ -16,19 +16,13 @@ from pathlib import Path
 import pytest
 
 from ooospec.bench.runner import BenchConfig, bench_stage, run_bench, slice_path
-from ooospec.data.request import Request
 from ooospec.bench.sweep import (SweepError, notebook_config, notebook_parameters, reserved_cores, run_cells, run_sweep)
+from weather_requests import weather_requests
 
 
-def _requests(prefix: str, n: int) -> list[Request]:
-    tools = [{"name": "get_weather", "description": "Weather of a city.",
-              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
-    cities = ["Paris", "Lyon", "Oslo", "Rome", "Bern", "Nice"]
-    return [Request(f"{prefix}-{i}", prefix, "eval", [{"role": "user", "content": f"Weather in {cities[i % 6]}?"}],
-                    tools, [{"name": "get_weather", "arguments": {"city": cities[i % 6]}}]) for i in range(n)]
 
 
-FILES = {"apibank": _requests("apibank", 5), "bfcl": _requests("bfcl", 5)}
+FILES = {"apibank": weather_requests("apibank", 5), "bfcl": weather_requests("bfcl", 5)}
 
 
 class TinyTargets:

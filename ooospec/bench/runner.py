@@ -28,12 +28,11 @@ How a run is laid out, and why:
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
 import random
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
@@ -237,19 +236,26 @@ class CorePlan:
 
 
 @contextmanager
-def pinned_cores(threads: int, pin: bool) -> Iterator[CorePlan]:
-    """Pin this process (the target) to one core and leave the next for the sidecar; restore after."""
+def placed(cores: set[int] | None, threads: int) -> Iterator[None]:
+    """Run the block on ``cores`` (None: where we are) with ``threads`` torch threads; restore after."""
     old_affinity, old_threads = os.sched_getaffinity(0), torch.get_num_threads()
-    cores = sorted(old_affinity)
-    plan = CorePlan(cores[0], cores[1]) if pin and len(cores) >= 2 else CorePlan(None, None)
-    if plan.pinned:
-        os.sched_setaffinity(0, {plan.target_core})
+    if cores:
+        os.sched_setaffinity(0, cores)
     torch.set_num_threads(threads)
     try:
-        yield plan
+        yield
     finally:
         os.sched_setaffinity(0, old_affinity)
         torch.set_num_threads(old_threads)
+
+
+@contextmanager
+def pinned_cores(threads: int, pin: bool) -> Iterator[CorePlan]:
+    """Pin this process (the target) to one core and leave the next for the sidecar; restore after."""
+    cores = sorted(os.sched_getaffinity(0))
+    plan = CorePlan(cores[0], cores[1]) if pin and len(cores) >= 2 else CorePlan(None, None)
+    with placed({plan.target_core} if plan.pinned else None, threads):
+        yield plan
 
 
 @dataclass(frozen=True)
@@ -398,7 +404,7 @@ class SliceRunner:
         service = self.pool.service(spec)
         if service is not None:
             service.wait_idle()
-        with self.both_cores() if spec.both_cores else contextlib.nullcontext():
+        with self.both_cores() if spec.both_cores else nullcontext():
             result = decode(self.target, sources, request, max_new_tokens,
                             method_budget(spec, self.target.name), prefill=prefill, verifier=self.verifier)
         if service is not None and not service.wait_idle():  # outside timing: the next decode finds it free
@@ -409,19 +415,10 @@ class SliceRunner:
             result.trace.emit("sidecar_restarted", reason=reason)
         return result
 
-    @contextlib.contextmanager
-    def both_cores(self) -> Iterator[None]:
+    def both_cores(self):
         """The equal-hardware control: the target on its own core and the sidecar's, two threads."""
         cores = self.pool.cores
-        old_affinity, old_threads = os.sched_getaffinity(0), torch.get_num_threads()
-        if cores.pinned:
-            os.sched_setaffinity(0, {cores.target_core, cores.sidecar_core})
-        torch.set_num_threads(2 * self.cfg.threads)
-        try:
-            yield
-        finally:
-            os.sched_setaffinity(0, old_affinity)
-            torch.set_num_threads(old_threads)
+        return placed({cores.target_core, cores.sidecar_core} if cores.pinned else None, 2 * self.cfg.threads)
 
     def warm_up(self, requests: list[Request]) -> None:
         """Untimed decodes through every method with throwaway sources (first-call overheads,

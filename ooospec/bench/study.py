@@ -10,8 +10,9 @@ from its start, because its retrieval memory must be rebuilt in order.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 import torch
@@ -26,6 +27,17 @@ from ooospec.stage import Stage, read_jsonl
 
 STUDY_VERSION = 3  # 3: shared credits, structured API-Bank history; bump when a record's meaning or the drafting changes
 DEFAULT_RUNS = (MethodRun("pld", MethodSpec("pld")), MethodRun("toolspec", MethodSpec("toolspec")))
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """``count`` torch threads inside the block, the previous count after it."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 @lru_cache(maxsize=4)
@@ -71,12 +83,8 @@ def method_slice(target_name: str, benchmark: str, *, profile: str = "cpu", requ
         return list(read_jsonl(records_path))
     target = cached_target(target_name, profile)
     chosen = select_slice(load_split(_split_name(benchmark)), requests, seed)
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         records = compare_methods(target, chosen, list(runs), max_new_tokens, budget, progress=progress)
-    finally:
-        torch.set_num_threads(old_threads)
     tmp = records_path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
     tmp.replace(records_path)
@@ -95,13 +103,9 @@ def cost_curve(target_name: str, *, profile: str = "cpu", benchmark: str = "apib
         return json.loads(path.read_text())
     target = cached_target(target_name, profile)
     request = load_split(_split_name(benchmark))[0]
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         points = verify_cost_curve(TreeVerifier(target.model, target.eos_token_ids), target.prompt_ids(request),
                                    tuple(sizes), repeats)
-    finally:
-        torch.set_num_threads(old_threads)
     rows = [{"target": target_name, "prompt_tokens": len(target.prompt_ids(request)), **vars(p)} for p in points]
     path.write_text(json.dumps(rows, indent=1))
     stage.mark_done(points=len(rows))
@@ -135,24 +139,20 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
         return json.loads(path.read_text())
     request = load_split(_split_name(benchmark))[0]
     points = []
-    old_threads = torch.get_num_threads()
-    try:
-        for name in target_names:
-            for profile in dict.fromkeys(p for p, _ in options):
-                target = cached_target(name, profile)
-                prompt = target.prompt_ids(request)
-                for attention in [a for p, a in options if p == profile]:
-                    target.model.set_attn_implementation(attention)
-                    for count in threads:
-                        torch.set_num_threads(count)
+    for name in target_names:
+        for profile in dict.fromkeys(p for p, _ in options):
+            target = cached_target(name, profile)
+            prompt = target.prompt_ids(request)
+            for attention in [a for p, a in options if p == profile]:
+                target.model.set_attn_implementation(attention)
+                for count in threads:
+                    with torch_threads(count):
                         point = measure_arithmetic(TreeVerifier(target.model, target.eos_token_ids), prompt,
                                                    target=name, profile=profile, threads=count,
                                                    attention=attention, rows=rows, repeats=repeats)
-                        points.append(vars(point))
-                target.model.set_attn_implementation("sdpa")
-                cached_target.cache_clear()
-    finally:
-        torch.set_num_threads(old_threads)
+                    points.append(vars(point))
+            target.model.set_attn_implementation("sdpa")
+            cached_target.cache_clear()
     path.write_text(json.dumps(points, indent=1))
     stage.mark_done(points=len(points))
     return points
@@ -174,13 +174,9 @@ def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     requests = [r for b in ("apibank", "toolalpaca", "bfcl")
                 for r in select_slice(load_split(_split_name(b)), per_benchmark, seed)]
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         records = compare_methods(target, requests, list(runs), max_new_tokens, default_budget(target_name),
                                   progress=progress)
-    finally:
-        torch.set_num_threads(old_threads)
     for record in records:
         record.update(profile=profile, dtype=dtype)
     tmp = path.with_suffix(".tmp")

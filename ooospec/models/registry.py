@@ -160,36 +160,30 @@ def _merge(base: Any, override: Any) -> Any:
     return override
 
 
-def _resolve_extends(path: Path, raw: Any, seen: tuple[Path, ...] = ()) -> Any:
-    """A profile may say ``extends: cpu`` and list only what differs (e.g. ``dtype: bfloat16``)."""
+def _resolve_extends(path: Path, raw: Any, seen: tuple[Path, ...] = ()) -> tuple[Any, tuple[str, ...]]:
+    """A profile may say ``extends: cpu`` and list only what differs (e.g. ``dtype: bfloat16``).
+    Returns the merged raw profile and the names it extends, nearest first."""
     if not isinstance(raw, dict) or "extends" not in raw:
-        return raw
+        return raw, ()
     parent_name = raw["extends"]
     if not isinstance(parent_name, str) or not parent_name:
         raise ProfileError(f"{path}: extends: expected a profile name, got {parent_name!r}")
     parent_path = profile_path(parent_name).resolve()
     if parent_path in seen or parent_path == path.resolve():
         raise ProfileError(f"{path}: extends: cycle through {parent_path}")
-    parent = _resolve_extends(parent_path, _read_yaml(parent_path), seen + (path.resolve(),))
+    parent, ancestors = _resolve_extends(parent_path, _read_yaml(parent_path), seen + (path.resolve(),))
     child = {k: v for k, v in raw.items() if k != "extends"}
     for model, value in (child.get("models") or {}).items():
         if not isinstance(parent.get("models"), dict) or model not in parent["models"]:
             raise ProfileError(f"{path}: models.{model}: not a model of the extended profile {parent_name!r}")
-    return _merge(parent, child)
+    return _merge(parent, child), (parent_name, *ancestors)
 
 
 def load_profile(name_or_path: str | Path = "cpu") -> Profile:
     """Read and validate a profile; raises `ProfileError` naming the file and the bad field."""
     path = profile_path(name_or_path)
-    raw = _read_yaml(path)
-    ancestors: list[str] = []
-    parent = raw.get("extends") if isinstance(raw, dict) else None
-    while isinstance(parent, str) and parent not in ancestors and len(ancestors) < 8:
-        ancestors.append(parent)
-        parent_raw = _read_yaml(profile_path(parent))
-        parent = parent_raw.get("extends") if isinstance(parent_raw, dict) else None
-    profile = _Validator(path).profile(_resolve_extends(path, raw))
-    return replace(profile, extends=tuple(ancestors))
+    raw, ancestors = _resolve_extends(path, _read_yaml(path))
+    return replace(_Validator(path).profile(raw), extends=ancestors)
 
 
 class _Validator:

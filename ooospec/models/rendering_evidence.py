@@ -10,31 +10,14 @@ rendering parameters (``configs/renderings/<format>.json``).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
 from ooospec.data.request import Request
+from ooospec.models.surface import SurfaceFormat
 from ooospec.models.target import TargetModel
 from ooospec.progress import progress_bar
-from ooospec.sequences import first_difference
-
-
-@dataclass
-class RenderingObservation:
-    """One greedy answer and whether the surface format reproduces it exactly."""
-
-    request_id: str
-    benchmark: str
-    variant: dict[str, Any]
-    raw_text: str
-    stopped_on_eos: bool
-    calls: list[dict[str, Any]]
-    rerendered: str
-    exact: bool
-    mismatch_at: int | None
-    ascii_only_arguments: bool
 
 
 def greedy_text(target: TargetModel, request: Request, max_new_tokens: int) -> tuple[str, bool]:
@@ -52,34 +35,6 @@ def greedy_text(target: TargetModel, request: Request, max_new_tokens: int) -> t
     return target.tokenizer.decode(new, skip_special_tokens=False), stopped
 
 
-def observe(target: TargetModel, requests: list[Request], max_new_tokens: int = 200) -> list[RenderingObservation]:
-    """Greedy answers of ``target`` on ``requests``, each checked against parse -> render."""
-    observations = []
-    for request in progress_bar(requests, desc=f"rendering evidence {target.name}"):
-        raw, stopped = greedy_text(target, request, max_new_tokens)
-        surface = target.surface_for(request)
-        calls = surface.parse(raw)
-        rerendered = surface.render(calls) if calls else ""
-        observations.append(RenderingObservation(
-            request_id=request.id, benchmark=request.benchmark, variant=surface.describe(), raw_text=raw, stopped_on_eos=stopped, calls=[c.to_dict() for c in calls],
-            rerendered=rerendered, exact=rerendered == raw, mismatch_at=first_difference(rerendered, raw),
-            ascii_only_arguments=all(ch.isascii() for c in calls for ch in c.compact()),
-        ))
-    return observations
-
-
-def evidence_record(target: TargetModel, observations: list[RenderingObservation], note: str) -> dict[str, Any]:
-    """The JSON stored under configs/renderings/: parameters + every observation."""
-    return {
-        "format": target.surface.name,
-        "target": target.name,
-        "observed_at": time.strftime("%Y-%m-%d"),
-        "note": note,
-        "exact_matches": sum(o.exact for o in observations),
-        "observations": [asdict(o) for o in observations],
-    }
-
-
 def matching_variants(raw_text: str, variants: dict[str, SurfaceFormat]) -> list[str]:
     """The variants whose rendering of the parsed calls reproduces ``raw_text`` byte for byte."""
     first = next(iter(variants.values()))
@@ -89,21 +44,24 @@ def matching_variants(raw_text: str, variants: dict[str, SurfaceFormat]) -> list
     return [name for name, surface in variants.items() if surface.render(calls) == raw_text]
 
 
-def derive_variant_by_benchmark(target: TargetModel, requests: list[Request], variants: dict[str, SurfaceFormat],
-                                max_new_tokens: int = 200) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """Observe ``target`` greedily on ``requests`` (training/dev requests only: the rendering must
-    not be fitted on the evaluation requests it is then used on) and pick, per benchmark, the
-    variant most answers are written in; ``*`` (every other benchmark, e.g. BFCL and ToolAlpaca,
-    which have no training requests) takes the majority over all answers. Ties keep the default.
-    Returns the choice and every observation."""
+def observe_layouts(target: TargetModel, requests: list[Request], variants: dict[str, SurfaceFormat],
+                    max_new_tokens: int = 200) -> list[dict[str, Any]]:
+    """Greedy answers of ``target`` on ``requests`` (training/dev requests only: the rendering must
+    not be fitted on the evaluation requests it is then used on), each with the layouts that
+    reproduce it byte for byte; `variant_choice` turns them into the frozen choice."""
     rows = []
     for request in progress_bar(requests, desc=f"rendering evidence {target.name}"):
         raw, stopped = greedy_text(target, request, max_new_tokens)
-        found = matching_variants(raw, variants)
-        rows.append({"request_id": request.id, "benchmark": request.benchmark, "source": request.source,
-                     "raw_text": raw, "stopped_on_eos": stopped, "variants": found,
-                     "calls": [c.to_dict() for c in next(iter(variants.values())).parse(raw)]})
-    return variant_choice(rows, variants), rows
+        rows.append(observation(request.id, request.benchmark, request.source, raw, stopped, variants))
+    return rows
+
+
+def observation(request_id: str, benchmark: str, source: str, raw_text: str, stopped_on_eos: bool,
+                variants: dict[str, SurfaceFormat]) -> dict[str, Any]:
+    """One stored answer: its text, the layouts that reproduce it, the calls parsed from it."""
+    return {"request_id": request_id, "benchmark": benchmark, "source": source, "raw_text": raw_text,
+            "stopped_on_eos": stopped_on_eos, "variants": matching_variants(raw_text, variants),
+            "calls": [c.to_dict() for c in next(iter(variants.values())).parse(raw_text)]}
 
 
 def variant_choice(rows: list[dict[str, Any]], variants: dict[str, SurfaceFormat]) -> dict[str, str]:
@@ -162,9 +120,8 @@ def rederive_from_traces(trace_records: list[dict[str, Any]], note: str) -> dict
     so its greedy dev answers are exactly the observations the rendering needs, on requests that
     are not evaluation requests."""
     variants = qwen_layouts()
-    rows = [{"request_id": r["id"], "benchmark": r["benchmark"], "source": r["source"], "raw_text": r["raw_text"],
-             "stopped_on_eos": r["stopped_on_eos"], "variants": matching_variants(r["raw_text"], variants),
-             "calls": [c.to_dict() for c in variants["fenced"].parse(r["raw_text"])]} for r in trace_records]
+    rows = [observation(r["id"], r["benchmark"], r["source"], r["raw_text"], r["stopped_on_eos"], variants)
+            for r in trace_records]
     return store_qwen_evidence(rows, note)
 
 
@@ -183,7 +140,7 @@ def rederive_qwen_rendering(per_benchmark: int = 12, profile: str = "cpu", seed:
     for benchmark in sorted({r.benchmark for r in dev}):
         pool = [r for r in dev if r.benchmark == benchmark]
         chosen += random.Random(seed).sample(pool, min(per_benchmark, len(pool)))
-    _, rows = derive_variant_by_benchmark(target, chosen, qwen_layouts(), max_new_tokens)
+    rows = observe_layouts(target, chosen, qwen_layouts(), max_new_tokens)
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     return store_qwen_evidence(rows, (
         f"greedy answers of the target ({dtype}, profile {profile!r}) on {len(chosen)} dev requests "
