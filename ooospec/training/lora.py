@@ -81,9 +81,24 @@ class LoraTrainConfig:
     step_completion_tokens: int = 256  # optimizer step once this many completion tokens were seen
     checkpoint_every: int = 25
     max_grad_norm: float = 1.0
+    # "bf16": forward and backward under CPU autocast to bfloat16 (the LoRA weights, the optimizer
+    # state and the loss stay fp32); None: plain fp32. Left out of the key when None, so adapters
+    # trained before the option existed keep their keys.
+    autocast: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.autocast not in (None, "bf16"):
+            raise ValueError(f"LoraTrainConfig.autocast must be None or 'bf16', got {self.autocast!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if out["autocast"] is None:
+            del out["autocast"]
+        return out
+
+    def autocast_context(self):
+        """The context every training forward and backward runs in."""
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast == "bf16")
 
 
 def completion_labels(prompt_len: int, completion_ids: Sequence[int]) -> list[int]:
@@ -347,7 +362,8 @@ def train_lora(model: torch.nn.Module, examples: list[TrainExample], cfg: LoraTr
         n_target = sum(u.n_completion_tokens for u in units)
         total = 0.0
         for unit in units:
-            loss = unit_nll(model, unit, pad_id) / n_target
+            with cfg.autocast_context():
+                loss = unit_nll(model, unit, pad_id) / n_target
             loss.backward()
             total += loss.item()
             tokens += unit.n_tokens
