@@ -61,6 +61,7 @@ $(CHAPTERS)/%.ipynb: notebooks/%.ipynb $(STAMP)
 	set -e
 	mkdir -p $(CHAPTERS)
 	OOOSPEC_NO_PROGRESS=1 $(BIN)/papermill -k python3 --cwd notebooks $< $@.tmp -p profile $(PROFILE)
+	$(BIN)/python -m ooospec.notebook $@.tmp
 	mv $@.tmp $@
 
 notebooks: $(EXECUTED)
@@ -85,6 +86,7 @@ sweep: setup $(CHAPTERS)/00_data.ipynb $(CHAPTERS)/01_teacher.ipynb $(CHAPTERS)/
 	for nb in $(SWEEP_NOTEBOOKS); do
 		$(BIN)/papermill -k python3 --cwd notebooks notebooks/$$nb.ipynb $(CHAPTERS)/$$nb.ipynb.tmp \
 			-p profile $(PROFILE) -p executor ray -y '$(SWEEP_PARAMS)'
+		$(BIN)/python -m ooospec.notebook $(CHAPTERS)/$$nb.ipynb.tmp
 		mv $(CHAPTERS)/$$nb.ipynb.tmp $(CHAPTERS)/$$nb.ipynb
 	done
 	$(MAKE) book

@@ -28,6 +28,28 @@ def config_key(config: dict[str, Any], length: int = 12) -> str:
     return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:length]
 
 
+PACKAGE_ROOT = Path(__file__).resolve().parent
+
+
+def code_fingerprint(*parts: str, length: int = 12) -> str:
+    """A hash of the package source a stage runs (``parts``: subpackages such as ``"decoding"`` or
+    files such as ``"bench/runner.py"``, relative to ``ooospec/``). Put into a stage's config, it
+    makes a code change re-run what it affects, with no hand-bumped version number to forget."""
+    files: set[Path] = set()
+    for part in parts:
+        path = PACKAGE_ROOT / part
+        if path.is_dir():
+            files.update(path.rglob("*.py"))
+        elif path.is_file():
+            files.add(path)
+        else:
+            raise FileNotFoundError(f"code_fingerprint: no package source {part!r} under {PACKAGE_ROOT.name}/")
+    digest = hashlib.sha256()
+    for file in sorted(files):
+        digest.update(file.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:length]
+
+
 @dataclass
 class Stage:
     """One keyed output directory of one pipeline stage."""

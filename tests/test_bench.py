@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from ooospec.bench.runner import (BenchConfig, bench_stage, first_difference, run_bench, sample_requests, slice_path,
+from ooospec.bench.runner import (BENCH_CODE, BenchConfig, method_order, bench_stage, first_difference, run_bench, sample_requests, slice_path,
                            warmup_requests)
 from ooospec.bench.methods import (HINT_ROOM_ABLATION, HINT_ROOM_CONTROL, FSMOff, MethodSpec, RetrievalOff,
                                    ablation_methods, method_budget, method_sources, parse_methods)
@@ -286,6 +286,8 @@ def test_tiny_bench_run_writes_lossless_records_and_resumes_per_slice(artifacts)
     assert records.skipped_targets.keys() == {"absent"} and "no weights" in " ".join(records.notes())
     assert all(r["identical_to_ar"] for r in records)
     assert [r["method"] for r in records[:4]] == ["ar", "toolspec", "ooospec", "toolspec:no_fsm:no_retrieval"]
+    orders = [tuple(r["run_order"] for r in records[i:i + 4]) for i in range(0, len(records), 4)]
+    assert all(sorted(o) == [0, 1, 2, 3] for o in orders) and len(set(orders)) > 1  # shuffled per request
     ablated = [r for r in records if r["method"] == "toolspec:no_fsm:no_retrieval"]
     def drafted(method: str) -> set[str]:  # sources that put nodes into some verify tree
         return {s for r in records if r["method"] == method for rnd in r["rounds"] for s in rnd["sources"]}
@@ -391,3 +393,35 @@ def test_a_request_the_target_cannot_be_prompted_with_is_recorded_not_fatal(arti
     assert [f["request_id"] for f in records.failed] == ["apibank-empty"]
     assert "empty dialogue" in records.failed[0]["error"] and any("apibank-empty" in n for n in records.notes())
     assert set(main_table(records).failed_requests) == {1}
+
+
+def test_method_order_is_seeded_per_request_and_puts_ar_before_an_oracle_method():
+    methods = parse_methods(["ar", "pld", "toolspec", "ooospec", "toolspec:both_cores"])
+    orders = {tuple(m.name for m in method_order(methods, 0, "bfcl", f"r{i}")) for i in range(40)}
+    assert len(orders) > 10 and {o[0] for o in orders} >= {"ar", "pld", "toolspec"}  # nobody always first
+    assert method_order(methods, 0, "bfcl", "r1") == method_order(methods, 0, "bfcl", "r1")  # a rerun repeats it
+    oracle = lambda spec: spec.base == "ooospec"
+    for i in range(40):
+        names = [m.name for m in method_order(methods, 0, "bfcl", f"r{i}", oracle)]
+        assert names.index("ar") < names.index("ooospec") and sorted(names) == sorted(m.name for m in methods)
+
+
+def test_code_fingerprint_follows_the_source_and_refuses_a_missing_part():
+    from ooospec.stage import code_fingerprint
+
+    assert code_fingerprint("stage.py") == code_fingerprint("stage.py")
+    assert code_fingerprint("stage.py") != code_fingerprint("stage.py", "paths.py")
+    assert len(code_fingerprint(*BENCH_CODE)) == 12
+    with pytest.raises(FileNotFoundError, match="no_such_module"):
+        code_fingerprint("no_such_module")
+
+
+def test_prefill_ratios_set_the_own_prefill_against_the_shared_one():
+    from ooospec.bench.summary import prefill_ratios
+
+    records = []
+    for i in range(8):  # OoO-Spec's own prefill takes 6 s where the shared one took 5 s
+        records += [fake("ar", f"r{i}", 10.0, 15.0), fake("ooospec", f"r{i}", 4.0, 10.0)]
+    row = prefill_ratios(records).iloc[0]
+    assert row.phase == "prefill" and row.n == 8 and row["shared / own prefill"] == pytest.approx(5 / 6)
+    assert row.verdict == "slower"

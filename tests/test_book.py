@@ -18,6 +18,8 @@ import nbformat
 import pytest
 import yaml
 
+from ooospec.notebook import hide_parameter_cells
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.book
@@ -36,6 +38,7 @@ def built_book(tmp_path_factory) -> Path:
             args += ["-y", yaml.safe_dump({key: value})]
         proc = subprocess.run(args, capture_output=True, text=True)
         assert proc.returncode == 0, f"{name} failed under papermill:\n{proc.stderr[-4000:]}"
+        hide_parameter_cells(book / "chapters" / name)  # as the Makefile does after papermill
     proc = subprocess.run([str(BIN / "jupyter-book"), "build", "--warningiserror", "--keep-going", str(book)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, f"book build failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
@@ -50,14 +53,15 @@ def _toc_files(book: Path) -> list[str]:
     return files
 
 
-def _chromium_dom(url: str, profile_dir: Path) -> str:
+def _chromium_dom(url: str, profile_dir: Path, window: str | None = None) -> str:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.fail("chromium is not installed: `make test` installs it (Debian package chromium)")
     proc = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile_dir}", "--virtual-time-budget=3000", "--dump-dom", url],
+         f"--user-data-dir={profile_dir}", "--virtual-time-budget=3000",
+         *([f"--window-size={window}"] if window else []), "--dump-dom", url],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
@@ -105,3 +109,42 @@ def test_no_machine_noise_in_the_published_pages(built_book: Path):
         main = (html / f"{page}.html").read_text().split('id="main-content"', 1)[-1]
         found = [what for marker, what in markers.items() if marker in main]
         assert not found, f"{page}: {', '.join(sorted(set(found)))} in the published page"
+
+
+WIDTH_PROBE = """<script>
+window.addEventListener('load', () => {
+  const main = document.querySelector('#main-content') || document.body;
+  const limit = main.getBoundingClientRect().width;
+  const wide = [];
+  main.querySelectorAll('table').forEach((table, i) => {
+    if (table.offsetParent === null) return;  // inside a collapsed cell: not what a reader sees
+    const width = table.getBoundingClientRect().width;
+    const head = (table.querySelector('tr') || table).textContent.trim().replace(/\\s+/g, ' ').slice(0, 80);
+    if (width > limit + 1) wide.push(`table ${i} (${head}): ${Math.round(width)} px`);
+  });
+  const out = document.createElement('pre');
+  out.id = 'width-probe';
+  out.textContent = JSON.stringify({limit: Math.round(limit), wide});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def test_no_visible_table_is_wider_than_the_page(built_book: Path, tmp_path: Path):
+    """At a 1280 px window, every table a reader sees fits the page's main column (wide tables go
+    behind a collapsed cell, a compact pivot stands in front)."""
+    import json
+
+    html = built_book / "_build" / "html"
+    too_wide = []
+    for page in _toc_files(built_book):
+        source = html / f"{page}.html"
+        probe = source.with_name(source.stem + ".width-probe.html")
+        probe.write_text(source.read_text().replace("</body>", WIDTH_PROBE + "</body>"))
+        dom = _chromium_dom(probe.as_uri(), tmp_path / "chromium", window="1280,900")
+        found = re.search(r'<pre id="width-probe">(.*?)</pre>', dom, re.S)
+        assert found, f"{page}: the width probe did not run"
+        result = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<")
+                            .replace("&gt;", ">"))
+        too_wide += [f"{page}: {w} > {result['limit']} px" for w in result["wide"]]
+    assert not too_wide, "tables wider than the page at 1280 px:\n" + "\n".join(too_wide)

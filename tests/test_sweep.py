@@ -207,3 +207,12 @@ def test_a_cluster_without_cpus_for_one_cell_is_refused(local_ray, artifacts):
     with pytest.raises(SweepError, match="needs 3 CPUs on one node .* has 2"):
         _sweep({"05_bench": cfg})
     assert not list(bench_stage(cfg).dir.glob("slices/*/*.jsonl"))
+
+
+def test_a_chapter_reading_the_results_run_refuses_a_misspelt_override():
+    from ooospec.bench.sweep import notebook_config
+
+    assert notebook_config("05_bench", {"requests": 3}, strict=True).requests == 3
+    assert notebook_config("05_bench", {"reqests": 3}) == notebook_config("05_bench")  # the sweep's shared overrides: ignored
+    with pytest.raises(ValueError, match="'reqests'"):
+        notebook_config("05_bench", {"reqests": 3}, strict=True)

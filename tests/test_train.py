@@ -97,9 +97,10 @@ def small_examples(tokenizer):
     ]
 
 
-def test_tiny_lora_training_lowers_the_loss(tmp_path):
+@pytest.mark.parametrize("autocast", [None, "bf16"])
+def test_tiny_lora_training_lowers_the_loss(tmp_path, autocast):
     model, tokenizer = tiny_model_and_tokenizer(seed=2)
-    cfg = LoraTrainConfig(lr=2e-2, dropout=0.0, step_completion_tokens=1, epochs=15, warmup_frac=0.0)
+    cfg = LoraTrainConfig(lr=2e-2, dropout=0.0, step_completion_tokens=1, epochs=15, warmup_frac=0.0, autocast=autocast)
     model = attach_lora(model, cfg)
     result = train_lora(model, small_examples(tokenizer), cfg, tokenizer.pad_token_id)
     losses = [e["loss"] for e in result.loss_log]
@@ -107,6 +108,13 @@ def test_tiny_lora_training_lowers_the_loss(tmp_path):
     assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:4]) / 4
     save_loss_curve(result.loss_log, tmp_path / "loss.json", tmp_path / "loss.png", "tiny")
     assert (tmp_path / "loss.png").stat().st_size > 1000
+
+
+def test_autocast_is_validated_and_kept_out_of_the_key_when_off():
+    assert "autocast" not in LoraTrainConfig().to_dict()  # adapters trained before the option keep their keys
+    assert LoraTrainConfig(autocast="bf16").to_dict()["autocast"] == "bf16"
+    with pytest.raises(ValueError, match="autocast"):
+        LoraTrainConfig(autocast="fp8")
 
 
 def test_interrupted_training_resumes_to_the_same_adapter(tmp_path):

@@ -5,9 +5,10 @@ How a run is laid out, and why:
 * **Fixed request order.** Each benchmark's slice is a seeded sample of its evaluation file, kept
   in file order. Call retrieval learns from the calls produced earlier in the run, so each
   (method, target, benchmark) run keeps one set of sources across the slice's requests.
-* **Methods interleaved per request** (``for request: for method: decode``), AR first, so that
-  every ratio compares decodes made seconds apart on a noisy shared machine, and every record
-  can be checked against AR's output of the same request.
+* **Methods interleaved per request** (``for request: for method: decode``), in an order shuffled
+  per request (`method_order`; AR ahead of any method whose oracle sidecar needs its call), so that
+  every ratio compares decodes made seconds apart on a noisy shared machine, no method always runs
+  first, and every record can be checked against AR's output of the same request.
 * **Prefill.** AR, PLD and ToolSpec start from one measured prefill per request (`Prefill`); their
   prefill times are then the same sample. OoO-Spec runs its own prefill, because its sidecar
   works *during* the target's prefill: sharing it would hide the overlap the method relies on.
@@ -48,10 +49,12 @@ from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.verifier import TreeVerifier
 from ooospec.progress import progress_bar
 from ooospec.sequences import first_difference
-from ooospec.stage import Stage, config_key, read_jsonl
+from ooospec.stage import Stage, code_fingerprint, config_key, read_jsonl
 
 STAGE_NAME = "results"
-BENCH_VERSION = 4  # 4: bf16 cpu profile, the hint under ToolSpec's budget (hint_room is an ablation), shared credits, near-tie marks, structured API-Bank history; 3: reserved hint room; 2: required slots never null; bump when a record's meaning changes, so old slices are not reused
+# the package source a slice's records depend on: its hash is part of the stage key
+BENCH_CODE = ("bench/runner.py", "bench/methods.py", "bench/compare.py", "bench/oracle_calls.py",
+              "decoding", "sidecar", "models", "data/request.py", "sequences.py")
 DEFAULT_TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
 BENCHMARKS = ("apibank", "toolalpaca", "bfcl")
 DEFAULT_METHODS = ("ar", "pld", "toolspec", "ooospec")
@@ -187,7 +190,7 @@ class BenchPlan:
     def key_config(self, cfg: BenchConfig) -> dict[str, Any]:
         """What decides a slice's records (targets and benchmarks only pick slices)."""
         config = {k: v for k, v in asdict(cfg).items() if k not in ("targets", "benchmarks", "sidecar_adapter")}
-        config.update(version=BENCH_VERSION, sidecar=self.sidecar, methods=[m.name for m in self.methods],
+        config.update(code=code_fingerprint(*BENCH_CODE), sidecar=self.sidecar, methods=[m.name for m in self.methods],
                       sidecar_adapter_sha256=_adapter_sha(self.adapter))
         return config
 
@@ -386,7 +389,7 @@ def make_record(result: DecodeResult, *, target: str, benchmark: str, request: R
 
 
 class SliceRunner:
-    """Decodes slices of one loaded target: every method on every request, AR first."""
+    """Decodes slices of one loaded target: every method on every request, in a per-request order."""
 
     def __init__(self, cfg: BenchConfig, plan: BenchPlan, target: Any, pool: SidecarPool, oracle_calls: CallDirectory):
         self.cfg, self.plan, self.target, self.pool = cfg, plan, target, pool
@@ -428,6 +431,10 @@ class SliceRunner:
                 sources = method_sources(spec, self.pool.service(spec))
                 self.decode_one(spec, sources, request, min(self.cfg.max_new_tokens, 16), None)
 
+    def needs_ar_first(self, spec: MethodSpec) -> bool:
+        """The oracle sidecar answers with AR's call of the same request: AR must decode first."""
+        return spec.uses_sidecar and self.pool.key(spec).kind == "oracle"
+
     def run(self, benchmark: str, requests: list[Request]) -> list[dict[str, Any]]:
         sources = {spec: method_sources(spec, self.pool.service(spec)) for spec in self.plan.methods}
         records: list[dict[str, Any]] = []
@@ -440,24 +447,45 @@ class SliceRunner:
                 self.failed.append({"target": self.target.name, "benchmark": benchmark, "request_id": request.id,
                                     "position": position, "error": str(err)})
                 continue
-            ar: DecodeResult | None = None
+            order = method_order(self.plan.methods, self.cfg.seed, benchmark, request.id, self.needs_ar_first)
+            results: dict[MethodSpec, tuple[DecodeResult, Prefill | None]] = {}
             shared: Prefill | None = None
-            for spec in self.plan.methods:
+            for spec in order:
                 prefill = None
                 if spec.shares_prefill:
                     shared = shared or self.shared_prefill(request)
                     prefill = shared
                 result = self.decode_one(spec, sources[spec], request, self.cfg.max_new_tokens, prefill)
                 if spec.base == "ar":
-                    ar = result
                     self.oracle_calls.put(request.id, first_call(self.target.surface, result.text))
+                results[spec] = (result, prefill)
+            ar = next((results[s][0] for s in self.plan.methods if s.base == "ar"), None)
+            for spec in self.plan.methods:  # records in plan order; each says when it ran
+                result, prefill = results[spec]
                 bank = next((s for s in sources[spec] if isinstance(s, HintBank)), None)
-                records.append(make_record(result, target=self.target.name, benchmark=benchmark, request=request,
-                                           position=position, spec=spec, sidecar=self._sidecar_label(spec),
-                                           ar=ar, shared_prefill=prefill is not None, bank=bank,
-                                           tie_gap=near_tie_gap(self.verifier.dtype)))
+                record = make_record(result, target=self.target.name, benchmark=benchmark, request=request,
+                                     position=position, spec=spec, sidecar=self._sidecar_label(spec),
+                                     ar=ar, shared_prefill=prefill is not None, bank=bank,
+                                     tie_gap=near_tie_gap(self.verifier.dtype))
+                record["run_order"] = order.index(spec)
+                records.append(record)
             bar.set_postfix(lossless=f"{sum(r['identical_to_ar'] for r in records)}/{len(records)}")
         return records
+
+
+def method_order(methods: list[MethodSpec], seed: int, benchmark: str, request_id: str,
+                 needs_ar_first: Callable[[MethodSpec], bool] = lambda spec: False) -> list[MethodSpec]:
+    """This request's order of methods: a shuffle seeded by (seed, benchmark, request), so no method
+    always runs first (a warm cache or a drifting clock would favour it) and a rerun repeats it.
+    AR moves just ahead of the first method that needs its output (the oracle sidecar)."""
+    order = list(methods)
+    random.Random(f"{seed}/{benchmark}/{request_id}").shuffle(order)
+    ar = next((spec for spec in order if spec.base == "ar"), None)
+    first = next((i for i, spec in enumerate(order) if needs_ar_first(spec)), None)
+    if ar is not None and first is not None and order.index(ar) > first:
+        order.remove(ar)
+        order.insert(first, ar)
+    return order
 
 
 # ---------------------------------------------------------------- slices on disk

@@ -23,9 +23,11 @@ from ooospec.bench.verify_cost import verify_cost_curve
 from ooospec.bench.compare import MethodRun, compare_methods, select_slice
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
-from ooospec.stage import Stage, read_jsonl
+from ooospec.stage import Stage, code_fingerprint, read_jsonl
 
-STUDY_VERSION = 3  # 3: shared credits, structured API-Bank history; bump when a record's meaning or the drafting changes
+# the package source the study's records depend on: its hash is part of every stage key here
+STUDY_CODE = ("bench/study.py", "bench/compare.py", "bench/methods.py", "bench/verify_cost.py",
+              "decoding", "models", "sequences.py")
 DEFAULT_RUNS = (MethodRun("pld", MethodSpec("pld")), MethodRun("toolspec", MethodSpec("toolspec")))
 
 
@@ -70,7 +72,7 @@ def method_slice(target_name: str, benchmark: str, *, profile: str = "cpu", requ
     """Records of AR and ``runs`` on one slice (read back when the stage is done)."""
     budget = budget or default_budget(target_name)
     config = {
-        "version": STUDY_VERSION, "profile": profile, "target": target_name, "benchmark": _split_name(benchmark),
+        "code": code_fingerprint(*STUDY_CODE), "profile": profile, "target": target_name, "benchmark": _split_name(benchmark),
         "requests": requests, "seed": seed, "max_new_tokens": max_new_tokens, "threads": threads,
         "budget": _budget_dict(budget),
         # "options" stays in the key (always empty) so that finished slices keep their directory
@@ -95,7 +97,7 @@ def method_slice(target_name: str, benchmark: str, *, profile: str = "cpu", requ
 def cost_curve(target_name: str, *, profile: str = "cpu", benchmark: str = "apibank", sizes: tuple[int, ...] = (
         0, 1, 2, 4, 8, 16, 24, 32, 48, 64), repeats: int = 5, threads: int = 1) -> list[dict[str, Any]]:
     """The verify-cost curve of a target on the first request of ``benchmark`` (one prompt)."""
-    config = {"version": STUDY_VERSION, "profile": profile, "target": target_name,
+    config = {"code": code_fingerprint(*STUDY_CODE), "profile": profile, "target": target_name,
               "benchmark": _split_name(benchmark), "sizes": list(sizes), "repeats": repeats, "threads": threads}
     stage = Stage("toolspec_cost", config)
     path = stage.path("curve.json")
@@ -131,7 +133,7 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
     lossless audit (every method identical to AR in the same arithmetic), not here."""
     from ooospec.bench.verify_cost import measure_arithmetic
 
-    config = {"version": STUDY_VERSION, "targets": list(target_names), "options": [list(o) for o in options],
+    config = {"code": code_fingerprint(*STUDY_CODE), "targets": list(target_names), "options": [list(o) for o in options],
               "threads": list(threads), "benchmark": _split_name(benchmark), "repeats": repeats, "rows": list(rows)}
     stage = Stage("arithmetic_study", config)
     path = stage.path("points.json")
@@ -163,7 +165,7 @@ def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int
                    progress: bool = True) -> list[dict[str, Any]]:
     """Every method against AR in the profile's own arithmetic on ``per_benchmark`` evaluation
     requests of each benchmark; records carry the AR top-2 gap at any first mismatch."""
-    config = {"version": STUDY_VERSION, "profile": profile, "target": target_name, "per_benchmark": per_benchmark,
+    config = {"code": code_fingerprint(*STUDY_CODE), "profile": profile, "target": target_name, "per_benchmark": per_benchmark,
               "seed": seed, "max_new_tokens": max_new_tokens,
               "runs": [{"label": r.label, "method": r.spec.name} for r in runs]}
     stage = Stage("lossless_audit", config)

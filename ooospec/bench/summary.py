@@ -414,13 +414,17 @@ def timeline_groups(records: Iterable[dict[str, Any]], method: str = "ooospec") 
     return groups
 
 
+PHASE_LABELS = {"decode": "decode", "total": "end to end", "prefill": "prefill"}
+
+
 def speedup_intervals(records: Iterable[dict[str, Any]], reference: str = "ar",
                       methods: Iterable[str] | None = None, phases: tuple[str, ...] = ("decode", "total"),
                       resamples: int = 2000) -> pd.DataFrame:
     """Per target x benchmark x method: the speedup over ``reference`` on the same requests, as the
     ratio of total times with its paired bootstrap 95% interval (requests resampled), the mean of
     per-request ratios beside it, n, and the verdict ("faster" only when the interval excludes 1).
-    ``phases``: ``decode`` (after prefill) and ``total`` (end to end, sidecar and IPC included)."""
+    ``phases``: ``decode`` (after prefill), ``total`` (end to end, sidecar and IPC included) and
+    ``prefill``."""
     from ooospec.bench.intervals import paired_speedup
 
     df = frame(records)
@@ -439,11 +443,19 @@ def speedup_intervals(records: Iterable[dict[str, Any]], reference: str = "ar",
             base, new = ref.loc[both, column].to_numpy(), group.loc[both, column].to_numpy()
             pooled = paired_speedup(base, new, resamples=resamples)
             rows.append({"target": target, "benchmark": benchmark, "method": method, "vs": reference,
-                         "phase": "decode" if phase == "decode" else "end to end", "n": pooled.n,
+                         "phase": PHASE_LABELS[phase], "n": pooled.n,
                          "speedup": pooled.point, "ci_low": pooled.low, "ci_high": pooled.high,
                          "mean_of_ratios": float((base / new).mean()), "verdict": pooled.verdict})
     return pd.DataFrame(rows, columns=["target", "benchmark", "method", "vs", "phase", "n", "speedup", "ci_low",
                                        "ci_high", "mean_of_ratios", "verdict"])
+
+
+def prefill_ratios(records: Iterable[dict[str, Any]], methods: Iterable[str] = ("ooospec",)) -> pd.DataFrame:
+    """OoO-Spec's own prefill against the shared one (AR's, which PLD and ToolSpec reuse), with its
+    paired interval: below 1 when the sidecar's wave slows the target's prefill down, so a reader
+    can tell an end-to-end difference that is prefill noise from one that the decode phase made."""
+    table = speedup_intervals(records, reference="ar", methods=methods, phases=("prefill",))
+    return table.rename(columns={"speedup": "shared / own prefill"})
 
 
 def interval_pivot(intervals: pd.DataFrame, phase: str = "decode") -> pd.DataFrame:

@@ -82,10 +82,14 @@ def notebook_parameters(notebook: str) -> dict[str, Any]:
     return params
 
 
-def notebook_config(notebook: str, overrides: dict[str, Any] | None = None) -> BenchConfig:
+def notebook_config(notebook: str, overrides: dict[str, Any] | None = None, strict: bool = False) -> BenchConfig:
     """The `BenchConfig` the notebook builds from its parameters with ``overrides`` (as papermill's
-    ``-p``/``-y``; keys the notebook lacks are ignored, as papermill's injection leaves them unused)."""
+    ``-p``/``-y``; keys the notebook lacks are ignored, as papermill's injection leaves them unused,
+    unless ``strict``: a chapter reading another chapter's run refuses a misspelt override)."""
     params = notebook_parameters(notebook)
+    unknown = sorted(set(overrides or {}) - set(params))
+    if strict and unknown:
+        raise ValueError(f"{notebook}: no parameter(s) {', '.join(map(repr, unknown))}; it has {', '.join(sorted(params))}")
     params.update({k: v for k, v in (overrides or {}).items() if k in params})
     if "methods" not in params:  # the ablations chapter
         params["methods"] = ablation_methods(params["ablations"], params["delays"], params["budgets"])

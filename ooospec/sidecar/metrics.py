@@ -114,3 +114,14 @@ def summarize(scores: Iterable[RequestScore]) -> dict[str, Any]:
 
 def score_to_dict(score: RequestScore) -> dict[str, Any]:
     return json.loads(json.dumps(score.__dict__))
+
+
+def rescore(predictions: Iterable[dict[str, Any]], requests: dict[str, Request],
+            references: dict[str, Call]) -> dict[str, Any]:
+    """Stored dev waves (``dev_predictions.jsonl`` records) scored against other reference calls,
+    without running the sidecar again: the committed adapter is scored against the target's own
+    calls (what decides acceptance) and against gold from the same predictions. Requests without a
+    reference call are left out (counted in ``requests``)."""
+    scores = [score_wave(requests[p["request_id"]], references[p["request_id"]], WaveResult.from_dict(p))
+              for p in predictions if p["request_id"] in references]
+    return summarize(scores)

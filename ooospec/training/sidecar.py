@@ -160,6 +160,67 @@ def subset(selection: CallSelection, limit: int | None, seed: int) -> CallSelect
     return out
 
 
+def kept_origins(selection: CallSelection) -> dict[str, int]:
+    """How many kept calls came from the teacher and how many from gold (the recipe's share)."""
+    out: dict[str, int] = {}
+    for kept in selection.kept:
+        out[kept.origin] = out.get(kept.origin, 0) + 1
+    return out
+
+
+def training_calls(cfg: SidecarConfig, split: str = "train") -> dict[str, int]:
+    """`kept_origins` of the rows an adapter of ``cfg`` trains on, recomputed without a model run
+    beyond the tokenizer (the same selection, prefix filter and seeded subset as `train_sidecar`)."""
+    from ooospec.models.target import load_tokenizer
+
+    tokenizer = load_tokenizer("sidecar_base", cfg.profile)
+    requests = load_requests(split)
+    selection, _ = select_calls(requests, split, cfg)
+    selection = drop_long_prefixes({r.id: r for r in requests}, selection, tokenizer, SlotPromptConfig(**cfg.prompt),
+                                   cfg.max_prefix_tokens)
+    limit = cfg.train_requests if split == "train" else cfg.dev_requests
+    return kept_origins(subset(selection, limit, LoraTrainConfig(**cfg.lora).seed))
+
+
+def adapter_provenance(record: dict[str, Any]) -> str:
+    """One sentence on what a frozen sidecar adapter was trained on, from its own record, so that
+    every chapter says the same thing."""
+    counts = record.get("row_counts", {}).get("train", {})
+    by_origin = counts.get("calls_by_origin") or {record.get("calls_origin", {}).get("train", "gold"): counts.get("requests")}
+    parts = [f"{n:,} {'teacher' if o == 'teacher' else 'gold'} calls" for o, n in sorted(by_origin.items(), key=lambda x: x[0] != "teacher")]
+    lora = record.get("config", {}).get("lora", {})
+    arithmetic = "bf16 autocast" if lora.get("autocast") == "bf16" else "fp32"
+    return (f"the committed sidecar adapter was trained on {' and '.join(parts)} "
+            f"({counts.get('requests', 0):,} training requests, {counts.get('total', 0):,} slot rows; "
+            f"{lora.get('epochs', 1)} pass, {arithmetic}, {record.get('train', {}).get('seconds', 0) / 60:.0f} min)")
+
+
+def dev_scores(adapter_dir: Path, profile: str = "cpu") -> "pd.DataFrame":
+    """An adapter's stored dev waves scored against the target's own calls (the teacher's trace of
+    the same request: what decides whether the target accepts the hint) and against gold, on the
+    same requests: one row per reference."""
+    import pandas as pd
+
+    from ooospec.sidecar.metrics import rescore
+    from ooospec.stage import read_jsonl
+
+    predictions = list(read_jsonl(adapter_dir.parent / "dev_predictions.jsonl"))
+    requests = load_requests("dev")
+    by_id = {r.id: r for r in requests}
+    teacher, _ = select_calls(requests, "dev", SidecarConfig(profile=profile, calls="teacher"))
+    references = {
+        "target's own call (teacher trace)": {k.request_id: k.call for k in teacher.kept if k.origin == "teacher"},
+        "gold call": {k.request_id: k.call for k in calls_from_gold(requests).kept},
+    }
+    columns = ("requests", "function_index_accuracy", "argument_value_exact_match", "whole_call_exact_match",
+               "null_precision", "null_recall")
+    rows = []
+    for name, calls in references.items():
+        metrics = rescore(predictions, by_id, calls)
+        rows.append({"reference": name, **{c: metrics.get(c) for c in columns}})
+    return pd.DataFrame(rows).set_index("reference")
+
+
 def rows_to_examples(rows: list[SlotRow], tokenizer: Any, eos_id: int) -> list[TrainExample]:
     """One multi-branch example per request: the shared prefix, one branch per row."""
     by_request: dict[str, list[SlotRow]] = {}
@@ -264,6 +325,7 @@ def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None 
         sample_ids = {k.request_id for k in selections[split].kept[:SAMPLE_REQUESTS]}
         write_rows(stage.path(f"rows_{split}_sample.jsonl"), [r for r in rows[split] if r.request_id in sample_ids])
         counts[split] = {**row_counts(rows[split]), "split_requests": len(splits[split]),
+                         "calls_by_origin": kept_origins(selections[split]),
                          "dropped": dict(selections[split].dropped)}
     (stage.path("counts.json")).write_text(json.dumps({"counts": counts, "origins": origins}, indent=2))
     progress(f"sidecar: rows train {counts['train']['total']} dev {counts['dev']['total']} ({origins['train']})")
