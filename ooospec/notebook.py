@@ -33,3 +33,14 @@ def hide_parameter_cells(path: Path) -> int:
 if __name__ == "__main__":
     for arg in sys.argv[1:]:
         hide_parameter_cells(Path(arg))
+
+
+def glue_markdown(key: str, text: str) -> None:
+    """Glue ``text`` (markdown) under ``key`` for another page of the book to paste with
+    ``{glue} key`` and ``:doc:``: such a pasted output is rendered from its HTML, so the markdown is
+    converted here (with the markdown-it parser the book itself uses)."""
+    from IPython.display import HTML
+    from markdown_it import MarkdownIt
+    from myst_nb import glue
+
+    glue(key, HTML(MarkdownIt("commonmark").render(text)), display=False)

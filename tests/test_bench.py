@@ -207,7 +207,7 @@ def test_ablation_findings_are_computed_from_the_table():
     table = ablation_table(records)
     no_fsm = next(line for line in ablation_findings(table, records) if line.startswith("OoO-Spec, FSM off"))
     # (4+10)/(8+20) on the same two requests; both are 2x slower, so the interval is [0.50, 0.50]
-    assert "0.50x [0.50, 0.50] (n=2) the speed of ooospec (slower)" in no_fsm
+    assert "0.50x [0.50, 0.50] (n=2) the speed of ooospec (too few requests)" in no_fsm  # n < 5: no verdict
     unpaired = next(line for line in ablation_findings(table) if line.startswith("OoO-Spec, FSM off"))
     assert "0.50x the speed of ooospec (no interval: no verdict)" in unpaired
 
@@ -425,3 +425,23 @@ def test_prefill_ratios_set_the_own_prefill_against_the_shared_one():
     row = prefill_ratios(records).iloc[0]
     assert row.phase == "prefill" and row.n == 8 and row["shared / own prefill"] == pytest.approx(5 / 6)
     assert row.verdict == "slower"
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("API-Request: [GetWeather(city='Paris')]", "API-Bank's own API-Request: syntax"),
+    ('{"name": "GetWeather", "argument": 3', "call-like, not valid in its surface"),
+    ("Sure! The weather in Paris is sunny.", "prose (no call)"),
+])
+def test_an_unparsed_output_is_labelled_by_what_it_is(text, kind):
+    from ooospec.bench.summary import output_kind
+
+    assert output_kind(text) == kind
+
+
+def test_compact_tables_keep_the_primary_statistic_under_readable_names():
+    from ooospec.bench.summary import compact, main_table
+
+    table = compact(main_table(SYNTHETIC), "main")
+    assert table.index.names == ["target", "benchmark", "method"]
+    assert {"n", "decode x AR", "e2e x AR", "MAT", "= AR"} <= set(table.columns)
+    assert len(table.columns) <= 9

@@ -112,12 +112,13 @@ def test_no_machine_noise_in_the_published_pages(built_book: Path):
 
 
 WIDTH_PROBE = """<script>
-window.addEventListener('load', () => {
-  const main = document.querySelector('#main-content') || document.body;
+window.addEventListener('load', () => setTimeout(() => {  // after the theme's toggles collapsed their cells
+  const main = document.querySelector('article.bd-article') || document.querySelector('#main-content') || document.body;
   const limit = main.getBoundingClientRect().width;
   const wide = [];
   main.querySelectorAll('table').forEach((table, i) => {
-    if (table.offsetParent === null) return;  // inside a collapsed cell: not what a reader sees
+    // inside a collapsed cell (a closed <details>) or hidden: not what a reader sees
+    if (table.offsetParent === null || table.closest('details:not([open])')) return;
     const width = table.getBoundingClientRect().width;
     const head = (table.querySelector('tr') || table).textContent.trim().replace(/\\s+/g, ' ').slice(0, 80);
     if (width > limit + 1) wide.push(`table ${i} (${head}): ${Math.round(width)} px`);
@@ -126,13 +127,14 @@ window.addEventListener('load', () => {
   out.id = 'width-probe';
   out.textContent = JSON.stringify({limit: Math.round(limit), wide});
   document.body.appendChild(out);
-});
+}, 1000));
 </script>"""
 
 
 def test_no_visible_table_is_wider_than_the_page(built_book: Path, tmp_path: Path):
-    """At a 1280 px window, every table a reader sees fits the page's main column (wide tables go
-    behind a collapsed cell, a compact pivot stands in front)."""
+    """At a 1280 px window, every table a reader sees fits the article's column (between the
+    navigation and the page's contents): wide tables go behind a collapsed cell, a compact one
+    stands in front."""
     import json
 
     html = built_book / "_build" / "html"
@@ -142,7 +144,7 @@ def test_no_visible_table_is_wider_than_the_page(built_book: Path, tmp_path: Pat
         probe = source.with_name(source.stem + ".width-probe.html")
         probe.write_text(source.read_text().replace("</body>", WIDTH_PROBE + "</body>"))
         dom = _chromium_dom(probe.as_uri(), tmp_path / "chromium", window="1280,900")
-        found = re.search(r'<pre id="width-probe">(.*?)</pre>', dom, re.S)
+        found = re.search(r'<pre id="width-probe"[^>]*>(.*?)</pre>', dom, re.S)
         assert found, f"{page}: the width probe did not run"
         result = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<")
                             .replace("&gt;", ">"))

@@ -63,3 +63,5 @@ def test_every_notebook_has_smoke_parameters_and_a_parameters_cell():
         assert len(tagged) == 1, f"{name}: needs exactly one cell tagged 'parameters'"
         assert "profile" in tagged[0].source, f"{name}: the parameters cell must define `profile`"
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{name}: committed with outputs"
+        # a cell without an id makes nbformat warn wherever the notebook is read (into the book too)
+        assert all(c.get("id") for c in nb.cells), f"{name}: a cell has no id (nbformat 4.5 needs one)"

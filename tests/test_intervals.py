@@ -20,6 +20,15 @@ def test_a_consistent_speedup_is_called_faster_and_noise_is_not():
     assert paired_speedup(base, [b * 1.3 for b in base]).verdict == "slower"
 
 
+def test_a_handful_of_requests_gets_no_verdict():
+    from ooospec.bench.intervals import MIN_REQUESTS, TOO_FEW
+
+    few = [1.0 + i for i in range(MIN_REQUESTS - 1)]
+    assert paired_speedup(few, [b / 3 for b in few]).verdict == TOO_FEW
+    enough = few + [9.0]
+    assert paired_speedup(enough, [b / 3 for b in enough]).verdict == "faster"
+
+
 def test_pairing_keeps_the_per_request_correlation():
     # request lengths vary 100x, yet every request is exactly 2x faster: the paired interval is tight
     base = [0.1 * 1.2**i for i in range(25)]

@@ -139,3 +139,14 @@ def test_paper_numbers_name_their_source():
     assert paper_numbers.headline()["ooospec_range"] == (2.46, 5.34)
     with pytest.raises(KeyError, match="no paper number"):
         paper_numbers.number("eagle3_speedup")
+
+
+def test_the_arithmetic_figure_labels_each_line_with_its_own_arithmetic():
+    points = [{"target": "t", "dtype": dtype, "attention": "sdpa", "threads": 1, "step_ms": 100.0,
+               "prefill_s": 1.0, "ratios": {"1": 1.0, "17": ratio}} for dtype, ratio in (("float32", 2.8), ("bfloat16", 1.4))]
+    fig = plots.arithmetic_figure(points)
+    labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
+    assert labels[0].startswith("float32, sdpa") and labels[1].startswith("bfloat16, sdpa")
+    styles = {line.get_label().split(",")[0]: line.get_linestyle() for line in fig.axes[0].get_lines()}
+    assert styles["bfloat16"] == "-" and styles["float32"] == "--"
+    plt.close(fig)

@@ -20,6 +20,8 @@ from typing import Sequence
 import numpy as np
 
 DEFAULT_RESAMPLES = 2000
+MIN_REQUESTS = 5  # fewer paired requests than this: the resamples repeat a handful of values
+TOO_FEW = "too few requests"
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,10 @@ class RatioInterval:
 
     @property
     def verdict(self) -> str:
-        """'faster' / 'slower' only when the interval excludes 1, else 'no difference shown'."""
+        """'faster' / 'slower' only when the interval excludes 1, else 'no difference shown';
+        below `MIN_REQUESTS` a bootstrap interval means nothing, and no verdict is given."""
+        if self.n < MIN_REQUESTS:
+            return TOO_FEW
         if self.low > 1.0:
             return "faster"
         if self.high < 1.0:

@@ -68,7 +68,7 @@ def speedup_bars(table: pd.DataFrame, metric: str = "e2e_speedup", methods: list
     return fig
 
 
-def headline_figure(ours: pd.DataFrame, paper: dict[str, Any], ours_label: str = "ours (CPU, 2 cores, fp32)") -> Figure:
+def headline_figure(ours: pd.DataFrame, paper: dict[str, Any], ours_label: str = "ours (CPU, 2 cores)") -> Figure:
     """The paper's headline next to ours. ``ours`` is `bench_summary.headline` output for the
     decode phase and end to end (columns method, mean, min, max, metric); ``paper`` is
     `paper_numbers.headline()`."""
@@ -89,13 +89,12 @@ def headline_figure(ours: pd.DataFrame, paper: dict[str, Any], ours_label: str =
     metrics = list(dict.fromkeys(ours.metric)) if not ours.empty else []
     methods = [m for m in ("toolspec", "ooospec") if m in set(ours.method)] if not ours.empty else []
     width = 0.8 / max(len(metrics), 1)
-    hatches = {"e2e_speedup": "", "decode_speedup": "//"}
     for j, metric in enumerate(metrics):
         sub = ours[ours.metric == metric].set_index("method")
         x = np.arange(len(methods)) + (j - (len(metrics) - 1) / 2) * width
         values = [sub.loc[m, "mean"] for m in methods]
         bars = right.bar(x, values, width, color=[METHOD_COLORS.get(m, "gray") for m in methods],
-                         hatch=hatches.get(metric, ""), edgecolor="white",
+                         hatch="" if metric.startswith("e2e") else "//", edgecolor="white",
                          label="end to end" if metric.startswith("e2e") else "decode phase")
         right.bar_label(bars, fmt="%.2f", fontsize=8)
         right.errorbar(x, values, yerr=[[v - sub.loc[m, "min"] for m, v in zip(methods, values)],
@@ -284,7 +283,7 @@ def ablation_bars(table: pd.DataFrame, metric: str = "decode_speedup", title: st
     ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
     ax.axvline(1.0, color="black", lw=0.8, ls="--")
     ax.invert_yaxis()
-    reference = "AR" if metric.endswith("speedup") else metric.rsplit("_vs_", 1)[-1]
+    reference = "AR" if "speedup" in metric else metric.rsplit("_vs_", 1)[-1].removesuffix("_total")
     ax.set_xlabel(f"speedup over {reference}, {what} (x)")
     ax.set_title(title or f"Ablations: speedup over {reference} ({what})")
     bases = dict.fromkeys(MethodSpec.parse(m).base for m in rows.method)
@@ -420,11 +419,12 @@ def arithmetic_figure(points: list[dict[str, Any]]):
     targets = list(dict.fromkeys(frame.target))
     fig, axes = plt.subplots(1, len(targets), figsize=(6.2 * len(targets), 3.9), squeeze=False)
     for ax, target in zip(axes[0], targets):
-        for _, p in frame[frame.target == target].iterrows():
-            rows = sorted(int(r) for r in p.ratios)
-            label = f"{p.dtype}, {p.attention}, {p.threads} thr (step {p.step_ms:.0f} ms)"
-            ax.plot(rows, [p.ratios[str(r)] if str(r) in p.ratios else p.ratios[r] for r in rows], marker="o", ms=3,
-                    lw=1.6 if p.attention == "sdpa" else 1.0, ls="-" if p.dtype == "bfloat16" else "--", label=label)
+        for p in frame[frame.target == target].to_dict("records"):  # dicts: a row's `.dtype` is the Series' own
+            rows = sorted(int(r) for r in p["ratios"])
+            label = f"{p['dtype']}, {p['attention']}, {p['threads']} thr (step {p['step_ms']:.0f} ms)"
+            ax.plot(rows, [p["ratios"][str(r)] if str(r) in p["ratios"] else p["ratios"][r] for r in rows], marker="o",
+                    ms=3, lw=1.6 if p["attention"] == "sdpa" else 1.0, ls="-" if p["dtype"] == "bfloat16" else "--",
+                    label=label)
         ax.axhline(1.0, color="black", lw=0.6)
         ax.axvline(17, color="#999999", lw=0.8, ls=":")
         ax.set(title=target, xlabel="rows in one forward (root + tree nodes)", ylabel="time / one-row step",

@@ -115,6 +115,31 @@ def main_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     return table
 
 
+# what a reader needs at page width; the full tables stay one click away (collapsed in the book)
+COMPACT = {
+    "main": {"target": "target", "benchmark": "benchmark", "method": "method", "requests": "n",
+             "decode_speedup_total": "decode x AR", "e2e_speedup_total": "e2e x AR",
+             "decode_vs_toolspec_total": "decode x ToolSpec", "mat": "MAT", "lossless": "= AR",
+             "near_ties": "near-ties", "failed_requests": "failed"},
+    "hint": {"target": "target", "benchmark": "benchmark", "method": "method", "requests": "n",
+             "median_ready_round": "ready at boundary", "hint_share_of_drafted": "hint share of drafted",
+             "shared_share_of_drafted": "shared share", "payload_bytes": "payload B",
+             "median_wave_s": "wave s", "wave_over_ar_prefill": "wave / prefill"},
+    "ablation": {"variant": "variant", "requests": "n", "decode_speedup_total": "decode x AR",
+                 "decode_vs_toolspec_total": "decode x ToolSpec", "mat": "MAT", "lossless": "= AR",
+                 "hint_share_of_drafted": "hint share", "compared_with": "compared with"},
+}
+
+
+def compact(table: pd.DataFrame, kind: str, digits: int = 2) -> pd.DataFrame:
+    """The columns of ``COMPACT[kind]`` that ``table`` has, renamed for people and rounded (ratios
+    of totals: the primary statistic; the full table keeps the means of ratios too)."""
+    columns = {k: v for k, v in COMPACT[kind].items() if k in table.columns}
+    out = table[list(columns)].rename(columns=columns).round(digits)
+    keys = [c for c in ("target", "benchmark", "method", "variant") if c in out.columns]
+    return out.set_index(keys) if keys else out
+
+
 def headline(table: pd.DataFrame, metric: str = "e2e_speedup") -> pd.DataFrame:
     """Per method over the target x benchmark cells: unweighted mean, min and max of ``metric``
     (the paper's "2.46x-5.34x, mean 3.89x" is this over its 21 cells)."""
@@ -487,12 +512,47 @@ def output_accuracy(records: Iterable[dict[str, Any]], profile: str = "cpu") -> 
     return accuracy_table(scored, by=("target", "benchmark"))
 
 
+def output_kind(text: str) -> str:
+    """A coarse label for an output that does not parse as a call in the target's surface."""
+    body = text.strip()
+    if "API-Request" in body:
+        return "API-Bank's own API-Request: syntax"
+    if body.startswith(("{", "[", "```", "<tool_call>")):
+        return "call-like, not valid in its surface"
+    return "prose (no call)"
+
+
+def unparsed_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu", chars: int = 200) -> pd.DataFrame:
+    """AR outputs that do not parse as a call in the target's frozen surface, with what they are
+    (`output_kind`) and their first ``chars`` characters: where no schema FSM or hint can help."""
+    from ooospec.bench.accuracy import score_text
+    from ooospec.bench.runner import load_benchmark
+    from ooospec.models.formats import get_surface
+    from ooospec.models.registry import load_profile
+
+    prof = load_profile(profile)
+    ar = [r for r in records if r["method"] == "ar"]
+    requests = {b: {q.id: q for q in load_benchmark(b)} for b in dict.fromkeys(r["benchmark"] for r in ar)}
+    surfaces = {t: get_surface(prof.target(t).surface or "") for t in dict.fromkeys(r["target"] for r in ar)}
+    rows = []
+    for r in ar:
+        request = requests[r["benchmark"]].get(r["request_id"])
+        if request is None or score_text(request, r["text"], surfaces[r["target"]], target=r["target"]).parsed:
+            continue
+        text = " ".join(r["text"].split())
+        rows.append({"target": r["target"], "benchmark": r["benchmark"], "request_id": r["request_id"],
+                     "kind": output_kind(r["text"]), "output": text[:chars] + ("..." if len(text) > chars else "")})
+    return pd.DataFrame(rows, columns=["target", "benchmark", "request_id", "kind", "output"])
+
+
 def verdict(intervals: pd.DataFrame, head_to_head: pd.DataFrame, phase: str = "decode",
             control: pd.DataFrame | None = None) -> str:
     """The results in a few sentences, written from the run's own numbers (markdown).
 
     Per target x benchmark: OoO-Spec over ToolSpec and both over AR, ratio of total times with its
     95% interval and n; "faster" only where the interval excludes 1."""
+    from ooospec.bench.intervals import MIN_REQUESTS, TOO_FEW
+
     label = "decode phase" if phase == "decode" else "end to end"
     lines = [f"**Verdict ({label}; speedup = ratio of total times, [95% paired bootstrap interval], n requests).**"]
     h2h = head_to_head[(head_to_head.phase == phase) & (head_to_head.method == "ooospec")]
@@ -502,8 +562,8 @@ def verdict(intervals: pd.DataFrame, head_to_head: pd.DataFrame, phase: str = "d
             cell = ivs[(ivs.target == row.target) & (ivs.benchmark == row.benchmark) & (ivs.method == method)]
             return "n/a" if cell.empty else f"{cell.speedup.iloc[0]:.2f}x"
 
-        word = {"faster": "faster than", "slower": "slower than",
-                "no difference shown": "not distinguishable from"}[row.verdict]
+        word = {"faster": "faster than", "slower": "slower than", "no difference shown": "not distinguishable from",
+                TOO_FEW: f"not judged (n < {MIN_REQUESTS}) against"}[row.verdict]
         lines.append(f"* {row.target} / {row.benchmark}: OoO-Spec is {word} ToolSpec, {row.speedup:.2f}x "
                      f"[{row.ci_low:.2f}, {row.ci_high:.2f}], n = {row.n} (over AR: OoO-Spec {over_ar('ooospec')}, "
                      f"ToolSpec {over_ar('toolspec')}).")

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from ooospec.data.request import Request
-from ooospec.paths import artifacts_dir
+from ooospec.paths import artifacts_dir, shown
 from ooospec.sidecar.metrics import score_to_dict, score_wave, summarize
 from ooospec.sidecar.predictor import SlotPredictor, encode
 from ooospec.sidecar.slots import (CallSelection, SlotPromptConfig, SlotRow, build_rows, calls_from_gold, calls_from_traces,
@@ -190,7 +190,7 @@ def adapter_provenance(record: dict[str, Any]) -> str:
     parts = [f"{n:,} {'teacher' if o == 'teacher' else 'gold'} calls" for o, n in sorted(by_origin.items(), key=lambda x: x[0] != "teacher")]
     lora = record.get("config", {}).get("lora", {})
     arithmetic = "bf16 autocast" if lora.get("autocast") == "bf16" else "fp32"
-    return (f"the committed sidecar adapter was trained on {' and '.join(parts)} "
+    return (f"the sidecar adapter used here was trained on {' and '.join(parts)} "
             f"({counts.get('requests', 0):,} training requests, {counts.get('total', 0):,} slot rows; "
             f"{lora.get('epochs', 1)} pass, {arithmetic}, {record.get('train', {}).get('seconds', 0) / 60:.0f} min)")
 
@@ -303,7 +303,7 @@ def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None 
     if not force:
         found = find_finished(cfg)
         if found is not None:
-            progress(f"sidecar: reusing {found.reused} adapter {found.adapter_dir}")
+            progress(f"sidecar: reusing {found.reused} adapter {shown(found.adapter_dir)}")
             return found
     started = time.perf_counter()
     torch.set_num_threads(cfg.threads)

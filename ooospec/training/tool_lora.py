@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 
 from ooospec.data.request import Call, Request
-from ooospec.paths import artifacts_dir
+from ooospec.paths import artifacts_dir, shown
 from ooospec.stage import Stage, append_jsonl, canonical_json, config_key
 from ooospec.models.adapters import (TOOL_TARGET, freeze_adapter, read_frozen, tool_adapter_committed_dir, tool_adapter_pointer, update_frozen_record)
 from ooospec.training.lora import (AdapterRun, LoraTrainConfig, TrainExample, attach_lora, mean_completion_nll, save_loss_curve, train_lora)
@@ -172,11 +172,11 @@ def train_tool_lora(cfg: ToolLoraConfig, requests: dict[str, list[Request]] | No
     """Train, evaluate and freeze the tool adapter, or find one of the same config (stage, then committed)."""
     stage = Stage(STAGE_NAME, asdict(cfg))
     if stage.done and not force:
-        progress(f"tool lora: reusing {stage.path('adapter')}")
+        progress(f"tool lora: reusing {shown(stage.path('adapter'))}")
         return AdapterRun(stage.path("adapter"), read_frozen(stage.path("adapter")), "stage")
     committed = tool_adapter_committed_dir()
     if not force and (committed / "FROZEN.json").exists() and read_frozen(committed).get("config_key") == cfg.key():
-        progress(f"tool lora: reusing committed {committed}")
+        progress(f"tool lora: reusing committed {shown(committed)}")
         return AdapterRun(committed, read_frozen(committed), "committed")
     started = time.perf_counter()
     torch.set_num_threads(cfg.threads)
