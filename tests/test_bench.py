@@ -14,7 +14,7 @@ import pytest
 from ooospec.bench.runner import (BENCH_CODE, BenchConfig, method_order, bench_stage, first_difference, run_bench, sample_requests, slice_path,
                            warmup_requests)
 from ooospec.bench.methods import (HINT_ROOM_ABLATION, HINT_ROOM_CONTROL, FSMOff, MethodSpec, RetrievalOff,
-                                   ablation_methods, method_budget, method_sources, parse_methods)
+                                   ablation_methods, budget_methods, method_budget, method_sources, parse_methods)
 from ooospec.bench.oracle_calls import CallDirectory
 from ooospec.bench.summary import (ablation_findings, ablation_table, arrival_bucket, crossover, delay_sweep,
                                    hint_table, main_table, method_table)
@@ -96,7 +96,8 @@ def test_ablation_sources_switch_parts_off_and_budgets_resize():
     assert (room.max_nodes, room.hint_nodes, room.total_nodes) == (16, 32, 48)
     assert (control.total_nodes, control.max_depth) == (48, max(room.max_depth, room.hint_depth)) == (48, 32)
     assert MethodSpec.parse("toolspec:depth=32:budget=48").name == HINT_ROOM_CONTROL
-    assert HINT_ROOM_ABLATION in ablation_methods([], [], []) and HINT_ROOM_CONTROL in ablation_methods([], [], [])
+    assert HINT_ROOM_ABLATION in ablation_methods([], []) and HINT_ROOM_CONTROL in ablation_methods([], [])
+    assert budget_methods([8]) == ["ar", "toolspec", "ooospec", "toolspec:budget=8", "ooospec:budget=8"]
     with pytest.raises(ValueError, match="applies only to"):
         MethodSpec.parse("toolspec:hint_room=8")
 
@@ -124,6 +125,9 @@ def test_config_rejects_unknown_benchmark_and_method():
         BenchConfig(benchmarks=["apibank", "gsm8k"])
     with pytest.raises(ValueError, match="unknown base"):
         BenchConfig(methods=["ar", "medusa"])
+    assert BenchConfig(benchmarks=["dev"]).benchmarks == ["dev"]  # the tuning split (the budget sweep)
+    with pytest.raises(ValueError, match="unknown benchmark 'eval_dev'"):
+        BenchConfig(benchmarks=["eval_dev"])
 
 
 # ---------------------------------------------------------------- requests and records

@@ -291,13 +291,17 @@ def method_budget(spec: MethodSpec, target_name: str) -> TreeBudget:
     return ooospec_budget(budget, spec.hint_room) if spec.base == "ooospec" else budget
 
 
-def ablation_methods(ablations: list[str], delays: list[float], budgets: list[int]) -> list[str]:
+def ablation_methods(ablations: list[str], delays: list[float]) -> list[str]:
     """The ablations chapter's method list: AR, ToolSpec and OoO-Spec, every ablation variant, the
-    latency sweep and the budget sweep. One definition, so notebook 06 and `ooospec.bench.sweep` key
-    the same bench stage (the key covers the method list)."""
+    latency sweep and the reserved-room tree with its control. One definition, so notebook 06 and
+    `ooospec.bench.sweep` key the same bench stage (the key covers the method list)."""
     return (["ar", "toolspec", "ooospec"] + list(ablations) + [f"ooospec:delay={d}" for d in delays]
-            + [f"{base}:budget={n}" for base in ("toolspec", "ooospec") for n in budgets]
             + [HINT_ROOM_ABLATION, HINT_ROOM_CONTROL])
+
+
+def budget_methods(budgets: list[int]) -> list[str]:
+    """The budget sweep of both methods (run on dev requests: the default budget is chosen there)."""
+    return ["ar", "toolspec", "ooospec"] + [f"{base}:budget={n}" for base in ("toolspec", "ooospec") for n in budgets]
 
 
 # the tree of earlier versions (ToolSpec's 16 nodes + 32 only the hint may fill, depth 32), and the

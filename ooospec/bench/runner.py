@@ -57,6 +57,9 @@ BENCH_CODE = ("bench/runner.py", "bench/methods.py", "bench/compare.py", "bench/
               "decoding", "sidecar", "models", "data/request.py", "sequences.py")
 DEFAULT_TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
 BENCHMARKS = ("apibank", "toolalpaca", "bfcl")
+# requests a setting may be tuned on (the tree budget): the dev split of the training pool, never
+# an evaluation file
+TUNING_SPLITS = ("dev",)
 DEFAULT_METHODS = ("ar", "pld", "toolspec", "ooospec")
 SIDECAR_CHOICES = ("auto", "slot", "oracle", "gold")
 # the only benchmark none of whose APIs the sidecar saw in training (see the data card)
@@ -87,8 +90,9 @@ class BenchConfig:
         if self.sidecar not in SIDECAR_CHOICES:
             raise ValueError(f"BenchConfig.sidecar must be one of {SIDECAR_CHOICES}, got {self.sidecar!r}")
         for name in self.benchmarks:
-            if name not in BENCHMARKS:
-                raise ValueError(f"BenchConfig.benchmarks: unknown benchmark {name!r}; one of {BENCHMARKS}")
+            if name not in BENCHMARKS + TUNING_SPLITS:
+                raise ValueError(f"BenchConfig.benchmarks: unknown benchmark {name!r}; one of {BENCHMARKS} "
+                                 f"(or {TUNING_SPLITS} to tune on)")
         if self.requests is not None and self.requests < 1:
             raise ValueError(f"BenchConfig.requests must be >= 1 or None, got {self.requests}")
         if self.max_new_tokens < 1:
@@ -123,9 +127,10 @@ def targets_sharing_teacher(profile: str, targets: list[str]) -> list[str]:
 
 
 def load_benchmark(name: str) -> list[Request]:
+    """An evaluation file by benchmark name, or a tuning split (`TUNING_SPLITS`) by its own name."""
     from ooospec.data import load_split
 
-    return load_split(f"eval_{name}")
+    return load_split(name if name in TUNING_SPLITS else f"eval_{name}")
 
 
 # ---------------------------------------------------------------- targets and sidecars

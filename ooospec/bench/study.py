@@ -59,7 +59,7 @@ def available_target(name: str, profile: str) -> tuple[Any | None, str | None]:
 
 
 def _split_name(benchmark: str) -> str:
-    return benchmark if benchmark.startswith("eval_") else f"eval_{benchmark}"
+    return benchmark if benchmark.startswith("eval_") or benchmark == "dev" else f"eval_{benchmark}"
 
 
 def _budget_dict(budget: TreeBudget) -> dict[str, int]:

@@ -342,7 +342,7 @@ def crossover(sweep: pd.DataFrame, column: str = "decode_vs_toolspec") -> float 
 
 
 def budget_sweep(records: Iterable[dict[str, Any]], default_nodes: int = 16) -> pd.DataFrame:
-    """Speedup over AR per tree budget, for each method base that was swept."""
+    """Speedup over AR per tree budget (ratio of total times), for each method base that was swept."""
     table = method_table(records, by=("method",))
     rows = []
     for row in table.itertuples():
@@ -350,8 +350,9 @@ def budget_sweep(records: Iterable[dict[str, Any]], default_nodes: int = 16) -> 
         if replace(spec, budget=None) != MethodSpec(spec.base):
             continue
         rows.append({"base": spec.base, "nodes": spec.budget or default_nodes, "method": row.method,
-                     "decode_speedup": row.decode_speedup, "e2e_speedup": row.e2e_speedup, "mat": row.mat})
-    out = pd.DataFrame(rows, columns=["base", "nodes", "method", "decode_speedup", "e2e_speedup", "mat"])
+                     "decode_speedup": row.decode_speedup_total, "e2e_speedup": row.e2e_speedup_total,
+                     "mat": row.mat, "requests": row.requests})
+    out = pd.DataFrame(rows, columns=["base", "nodes", "method", "decode_speedup", "e2e_speedup", "mat", "requests"])
     swept = {b for b, m in zip(out.base, out.method) if MethodSpec.parse(m).budget is not None}
     return out[out.base.isin(swept)].sort_values(["base", "nodes"])
 

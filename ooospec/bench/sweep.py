@@ -92,7 +92,7 @@ def notebook_config(notebook: str, overrides: dict[str, Any] | None = None, stri
         raise ValueError(f"{notebook}: no parameter(s) {', '.join(map(repr, unknown))}; it has {', '.join(sorted(params))}")
     params.update({k: v for k, v in (overrides or {}).items() if k in params})
     if "methods" not in params:  # the ablations chapter
-        params["methods"] = ablation_methods(params["ablations"], params["delays"], params["budgets"])
+        params["methods"] = ablation_methods(params["ablations"], params["delays"])
     names = ("profile", "targets", "benchmarks", "methods", "requests", "seed", "warmup", "max_new_tokens",
              "sidecar", "threads")
     return BenchConfig(**{k: params[k] for k in names})
