@@ -150,3 +150,14 @@ def test_the_arithmetic_figure_labels_each_line_with_its_own_arithmetic():
     styles = {line.get_label().split(",")[0]: line.get_linestyle() for line in fig.axes[0].get_lines()}
     assert styles["bfloat16"] == "-" and styles["float32"] == "--"
     plt.close(fig)
+
+
+def test_the_per_request_scatter_pairs_requests_per_target():
+    records = [{"target": t, "benchmark": b, "request_id": f"{b}{i}", "method": m, "decode_s": s}
+               for t in ("a", "b") for b in ("bfcl", "apibank") for i in range(3)
+               for m, s in (("toolspec", 2.0 + i), ("ooospec", 1.0 + i))]
+    fig = plots.per_request_scatter(records)
+    assert len(fig.axes) == 2 and fig.axes[0].get_title() == "a: n = 6 requests"
+    points = fig.axes[0].collections[0].get_offsets()
+    assert len(points) == 3 and all(y < x for x, y in points)
+    plt.close(fig)

@@ -434,3 +434,32 @@ def arithmetic_figure(points: list[dict[str, Any]]):
         ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
+
+
+def per_request_scatter(records: Iterable[dict[str, Any]], baseline: str = "toolspec", method: str = "ooospec",
+                        phase: str = "decode") -> Figure:
+    """Per request, the baseline's time against the method's (one panel per target, one colour per
+    benchmark, log axes): points under the diagonal are requests the method finished sooner. The
+    spread behind a pooled ratio, which one number hides."""
+    column = f"{phase}_s"
+    rows = pd.DataFrame([{"target": r["target"], "benchmark": r["benchmark"], "request_id": r["request_id"],
+                          "method": r["method"], "seconds": r[column]} for r in records
+                         if r["method"] in (baseline, method)])
+    targets = list(dict.fromkeys(rows.target)) if not rows.empty else []
+    fig, axes = plt.subplots(1, max(len(targets), 1), figsize=(5.0 * max(len(targets), 1), 4.4), squeeze=False)
+    for ax, target in zip(axes[0], targets):
+        sub = rows[rows.target == target].pivot_table(index=["benchmark", "request_id"], columns="method",
+                                                      values="seconds", aggfunc="first").dropna()
+        for i, (benchmark, group) in enumerate(sub.groupby(level="benchmark", sort=False)):
+            ax.scatter(group[baseline], group[method], s=16, alpha=0.8, color=f"C{i}", label=f"{benchmark} (n={len(group)})")
+        if len(sub):
+            lo, hi = sub.min().min() * 0.8, sub.max().max() * 1.25
+            ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, ls="--")
+            ax.set(xlim=(lo, hi), ylim=(lo, hi))
+        ax.set(xscale="log", yscale="log", title=f"{target}: n = {len(sub)} requests",
+               xlabel=f"{baseline} {phase} time (s)", ylabel=f"{method} {phase} time (s)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"Per request: {method} vs {baseline}, {phase} phase (below the diagonal: {method} faster)", fontsize=10)
+    fig.tight_layout()
+    return fig
