@@ -495,11 +495,11 @@ def interval_pivot(intervals: pd.DataFrame, phase: str = "decode") -> pd.DataFra
     return table.join(n).set_index("n", append=True)
 
 
-def output_accuracy(records: Iterable[dict[str, Any]], profile: str = "cpu") -> pd.DataFrame:
-    """What is being accelerated: each target's AR output scored against gold (`bench.accuracy`):
-    parse rate, name match, exact match (API-Bank, ToolAlpaca) or BFCL's own checker. Every
-    method writes AR's output (lossless), so AR's record per request stands for all."""
-    from ooospec.bench.accuracy import accuracy_table, score_text
+def scored_ar_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu") -> list[tuple[dict[str, Any], Any]]:
+    """Each AR record with its output scored against gold (`bench.accuracy.score_text`) in its
+    target's frozen surface. Every method writes AR's output (lossless), so AR's record per request
+    stands for all."""
+    from ooospec.bench.accuracy import score_text
     from ooospec.bench.runner import load_benchmark
     from ooospec.models.formats import get_surface
     from ooospec.models.registry import load_profile
@@ -508,9 +508,16 @@ def output_accuracy(records: Iterable[dict[str, Any]], profile: str = "cpu") -> 
     ar = [r for r in records if r["method"] == "ar"]
     requests = {b: {q.id: q for q in load_benchmark(b)} for b in dict.fromkeys(r["benchmark"] for r in ar)}
     surfaces = {t: get_surface(prof.target(t).surface or "") for t in dict.fromkeys(r["target"] for r in ar)}
-    scored = [score_text(requests[r["benchmark"]][r["request_id"]], r["text"], surfaces[r["target"]], target=r["target"])
-              for r in ar if r["request_id"] in requests[r["benchmark"]]]
-    return accuracy_table(scored, by=("target", "benchmark"))
+    return [(r, score_text(requests[r["benchmark"]][r["request_id"]], r["text"], surfaces[r["target"]], target=r["target"]))
+            for r in ar if r["request_id"] in requests[r["benchmark"]]]
+
+
+def output_accuracy(records: Iterable[dict[str, Any]], profile: str = "cpu") -> pd.DataFrame:
+    """What is being accelerated: parse rate, name match, exact match (API-Bank, ToolAlpaca) or
+    BFCL's own checker, per target x benchmark (`scored_ar_outputs`)."""
+    from ooospec.bench.accuracy import accuracy_table
+
+    return accuracy_table([score for _, score in scored_ar_outputs(records, profile)], by=("target", "benchmark"))
 
 
 def output_kind(text: str) -> str:
@@ -526,19 +533,9 @@ def output_kind(text: str) -> str:
 def unparsed_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu", chars: int = 200) -> pd.DataFrame:
     """AR outputs that do not parse as a call in the target's frozen surface, with what they are
     (`output_kind`) and their first ``chars`` characters: where no schema FSM or hint can help."""
-    from ooospec.bench.accuracy import score_text
-    from ooospec.bench.runner import load_benchmark
-    from ooospec.models.formats import get_surface
-    from ooospec.models.registry import load_profile
-
-    prof = load_profile(profile)
-    ar = [r for r in records if r["method"] == "ar"]
-    requests = {b: {q.id: q for q in load_benchmark(b)} for b in dict.fromkeys(r["benchmark"] for r in ar)}
-    surfaces = {t: get_surface(prof.target(t).surface or "") for t in dict.fromkeys(r["target"] for r in ar)}
     rows = []
-    for r in ar:
-        request = requests[r["benchmark"]].get(r["request_id"])
-        if request is None or score_text(request, r["text"], surfaces[r["target"]], target=r["target"]).parsed:
+    for r, score in scored_ar_outputs(records, profile):
+        if score.parsed:
             continue
         text = " ".join(r["text"].split())
         rows.append({"target": r["target"], "benchmark": r["benchmark"], "request_id": r["request_id"],

@@ -168,20 +168,6 @@ def kept_origins(selection: CallSelection) -> dict[str, int]:
     return out
 
 
-def training_calls(cfg: SidecarConfig, split: str = "train") -> dict[str, int]:
-    """`kept_origins` of the rows an adapter of ``cfg`` trains on, recomputed without a model run
-    beyond the tokenizer (the same selection, prefix filter and seeded subset as `train_sidecar`)."""
-    from ooospec.models.target import load_tokenizer
-
-    tokenizer = load_tokenizer("sidecar_base", cfg.profile)
-    requests = load_requests(split)
-    selection, _ = select_calls(requests, split, cfg)
-    selection = drop_long_prefixes({r.id: r for r in requests}, selection, tokenizer, SlotPromptConfig(**cfg.prompt),
-                                   cfg.max_prefix_tokens)
-    limit = cfg.train_requests if split == "train" else cfg.dev_requests
-    return kept_origins(subset(selection, limit, LoraTrainConfig(**cfg.lora).seed))
-
-
 def adapter_provenance(record: dict[str, Any]) -> str:
     """One sentence on what a frozen sidecar adapter was trained on, from its own record, so that
     every chapter says the same thing."""
