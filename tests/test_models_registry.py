@@ -84,13 +84,14 @@ def test_unknown_profile_and_bad_yaml(tmp_path):
 def test_derived_profiles_change_only_arithmetic_and_placement():
     cpu = load_profile("cpu")
     assert {(s.dtype, s.device) for s in cpu.models.values()} == {("bfloat16", "cpu")}
-    for name, dtype, device in (("cpu-fp32", "float32", "cpu"), ("gpu-small", "bfloat16", "cuda")):
+    for name, dtype, device, compiled in (("cpu-fp32", "float32", "cpu", None), ("gpu-small", "bfloat16", "cuda", None),
+                                          ("cpu-compiled", "bfloat16", "cpu", "inductor")):
         derived = load_profile(name)
         assert derived.name == name and derived.targets == cpu.targets and derived.teacher == cpu.teacher
         assert derived.lineage == (name, "cpu")
         for model, spec in derived.models.items():
             assert spec.source == cpu.models[model].source
-            assert (spec.dtype, spec.device) == (dtype, device)
+            assert (spec.dtype, spec.device, spec.compile) == (dtype, device, compiled)
 
 
 def _write(tmp_path: Path, name: str, data: dict) -> Path:
@@ -100,6 +101,10 @@ def _write(tmp_path: Path, name: str, data: dict) -> Path:
 
 
 def test_extends_errors_name_the_file_and_field(tmp_path):
+    bad_compile = _write(tmp_path, "comp", {"extends": "cpu", "profile": "x",
+                                            "models": {"smollm2-135m-instruct": {"compile": "tensorrt"}}})
+    with pytest.raises(ProfileError, match=r"comp.yaml: models.smollm2-135m-instruct.compile: 'tensorrt' is not one of"):
+        load_profile(bad_compile)
     bad_device = _write(tmp_path, "dev", {"extends": "cpu", "profile": "x",
                                           "models": {"smollm2-135m-instruct": {"device": "tpu"}}})
     with pytest.raises(ProfileError, match=r"dev.yaml: models.smollm2-135m-instruct.device: 'tpu'"):

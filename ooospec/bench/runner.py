@@ -610,6 +610,11 @@ def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: Targe
                 fingerprint: str, pending: list[str], files: dict[str, list[Request]],
                 samples: dict[str, list[Request]], gold: dict[str, dict[str, Any]], cores: CorePlan) -> None:
     target = provider.load(name)
+    compiled = getattr(target, "compiled", None)
+    if compiled is not None and (compiled.mode or compiled.fallback):
+        stage.path(f"compile-{name}.json").write_text(json.dumps(asdict(compiled), indent=1))
+        print(f"bench: {name}: " + (f"compiled ({compiled.mode}) in {compiled.seconds:.0f} s, outside every timed region"
+                                    if compiled.mode else f"eager (compile fell back: {compiled.fallback})"))
     oracle_calls = CallDirectory(stage.dir / "oracle_calls" / f"{name}@{fingerprint}")
     pool = SidecarPool(cfg, plan, cores, oracle_calls, gold)
     try:

@@ -146,12 +146,16 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
             target = cached_target(name, profile)
             prompt = target.prompt_ids(request)
             for attention in [a for p, a in options if p == profile]:
+                if target.compiled.mode and attention != "sdpa":
+                    raise ValueError(f"arithmetic_study: {profile} compiles the sdpa model; {attention!r} attention "
+                                     "would recompile inside the timings")
                 target.model.set_attn_implementation(attention)
                 for count in threads:
                     with torch_threads(count):
                         point = measure_arithmetic(TreeVerifier(target.model, target.eos_token_ids), prompt,
                                                    target=name, profile=profile, threads=count,
-                                                   attention=attention, rows=rows, repeats=repeats)
+                                                   attention=attention, rows=rows, repeats=repeats,
+                                                   compile=target.compiled.mode, compile_s=target.compiled.seconds)
                     points.append(vars(point))
             target.model.set_attn_implementation("sdpa")
             cached_target.cache_clear()
@@ -231,7 +235,8 @@ def slice_accuracy(records: list[dict[str, Any]], profile: str = "cpu") -> pd.Da
 def arithmetic_table(points: list[dict[str, Any]], rows: tuple[int, ...] = (2, 8, 17, 33, 65)) -> pd.DataFrame:
     """`arithmetic_study` as a readable table: step (ms), prefill (s), cost of r rows / one row."""
     table = pd.DataFrame([{
-        "target": p["target"], "arithmetic": p["dtype"], "attention": p["attention"], "threads": p["threads"],
+        "target": p["target"], "arithmetic": p["dtype"] + (f" + {p['compile']}" if p.get("compile") else ""),
+        "attention": p["attention"], "threads": p["threads"],
         "step ms": round(p["step_ms"]), "prefill s": round(p["prefill_s"], 2),
         **{f"{r} rows": p["ratios"].get(str(r), p["ratios"].get(r)) for r in rows
            if str(r) in p["ratios"] or r in p["ratios"]},

@@ -88,6 +88,8 @@ class ArithmeticPoint:
     prefill_s: float  # median prefill of the prompt
     ratios: dict[int, float]  # rows (1 + nodes) -> median forward / median one-row step
     min_ratios: dict[int, float]
+    compile: str | None = None  # torch.compile backend of the target (None: eager)
+    compile_s: float = 0.0  # its compile + warm-up time at load (never inside the timings above)
 
 
 def measure_arithmetic(
@@ -101,6 +103,8 @@ def measure_arithmetic(
     rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 48, 64),
     repeats: int = 5,
     prefill_repeats: int | None = None,
+    compile: str | None = None,
+    compile_s: float = 0.0,
 ) -> ArithmeticPoint:
     """The verify-cost curve in rows (a forward over r rows = root + r-1 nodes) plus the prefill."""
     prefill = []
@@ -116,4 +120,5 @@ def measure_arithmetic(
         prefill_s=statistics.median(prefill),
         ratios={r: round(p.ratio, 3) for r, p in by_rows.items()},
         min_ratios={r: round(p.min_ratio, 3) for r, p in by_rows.items()},
+        compile=compile, compile_s=round(compile_s, 1),
     )

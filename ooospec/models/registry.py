@@ -19,6 +19,7 @@ from ooospec.paths import configs_dir
 
 SOURCE_KINDS = ("hub", "local", "pypi_gguf")
 DTYPES = ("float32", "bfloat16", "float16")
+COMPILE_MODES = ("inductor",)  # torch.compile backends a profile may ask for (see ooospec.models.compiled)
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:[0-9]+)?")
 ADAPTER_KINDS = ("tool_lora",)
 PROMPT_STYLES = ("chat_template_tools", "system_tools_json")
@@ -56,12 +57,15 @@ class ModelSpec:
     ``dtype`` is the runtime arithmetic (weights and activations); a package-shipped checkpoint is
     always dequantized to float32 once and cast at load, so switching a profile between fp32 and
     bf16 never rebuilds it. ``device`` is where the weights live (``cpu``, ``cuda``, ``cuda:N``).
+    ``compile`` (None or ``inductor``) compiles the forward of a *decoding* model (a target or the
+    teacher; never a LoRA training run) with `torch.compile`: see `ooospec.models.compiled`.
     """
 
     name: str
     source: ModelSource
     dtype: str = "float32"
     device: str = "cpu"
+    compile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,12 +243,15 @@ class _Validator:
 
     def model_spec(self, name: str, raw: Any) -> ModelSpec:
         where = f"models.{name}"
-        raw = self.mapping(raw, where, ("source",), ("dtype", "device"))
+        raw = self.mapping(raw, where, ("source",), ("dtype", "device", "compile"))
         dtype = self.choice(raw.get("dtype", "float32"), f"{where}.dtype", DTYPES)
         device = raw.get("device", "cpu")
         if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
             raise self.fail(f"{where}.device", f"{device!r} is not 'cpu', 'cuda' or 'cuda:N'")
-        return ModelSpec(name, self.source(raw["source"], f"{where}.source"), dtype, device)
+        compile_mode = raw.get("compile")
+        if compile_mode is not None:
+            compile_mode = self.choice(compile_mode, f"{where}.compile", COMPILE_MODES)
+        return ModelSpec(name, self.source(raw["source"], f"{where}.source"), dtype, device, compile_mode)
 
     def source(self, raw: Any, where: str) -> ModelSource:
         common = ("upstream", "license")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ooospec.data.request import Request
+from ooospec.models.compiled import CompileReport, compile_for_decoding
 from ooospec.models.formats import get_surface
 from ooospec.models.loading import load_model
 from ooospec.models.prompts import prompt_ids, prompt_text
@@ -33,6 +34,7 @@ class TargetModel:
     eos_token_ids: list[int]
     prompt_style: str = "chat_template_tools"
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    compiled: CompileReport = field(default_factory=lambda: CompileReport(None, 0.0))  # the profile's compile option
 
     def surface_for(self, request: Request) -> SurfaceFormat:
         """The frozen rendering this target uses for ``request`` (see `SurfaceFormat.for_request`)."""
@@ -92,6 +94,8 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
     model, tokenizer = load_model(role.model, prof)
     if adapter_dir is not None:
         model = merge_adapter(model, adapter_dir)
+    # after the merge: freezing makes the (merged) weights constants of the compiled graph
+    compiled = compile_for_decoding(model, prof.model(role.model).compile, name)
     return TargetModel(
         name=name,
         model=model,
@@ -100,6 +104,7 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
         eos_token_ids=eos_token_ids(tokenizer, role, prof),
         prompt_style=role.prompt or "chat_template_tools",
         chat_template_kwargs=dict(role.chat_template_kwargs),
+        compiled=compiled,
     )
 
 

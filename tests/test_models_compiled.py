@@ -1,0 +1,68 @@
+"""The compile option (`ooospec.models.compiled`): a compiled tiny model decodes exactly as its
+eager self with every method's trees, compilation happens at load (not in a decode), and a
+compiler failure falls back to the eager model with one line saying why."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+import torch
+
+from ooospec.decoding.base import Draft
+from ooospec.decoding.tree import TreeBudget, build_tree
+from ooospec.decoding.verifier import TreeVerifier
+from ooospec.models.compiled import compile_for_decoding
+from ooospec.models.tiny import tiny_causal_lm
+
+torch.set_num_threads(1)
+PROMPT = [3, 17, 42, 5, 9, 33, 8, 21, 60, 2, 11, 47]
+
+
+def _greedy_with_trees(model, steps: int, seed: int) -> tuple[list[int], list[torch.Tensor]]:
+    """Greedy decoding through random trees of varying size: the committed ids and every forward's logits."""
+    rng = random.Random(seed)
+    verifier = TreeVerifier(model, [])
+    state, _ = verifier.prefill(PROMPT)
+    out, logits = [state.root], []
+    while len(out) < steps:
+        nodes = rng.choice([0, 1, 3, 6, 10])
+        drafts = [Draft([rng.randrange(64) for _ in range(nodes)], "pld")] if nodes else []
+        tree = build_tree(drafts, TreeBudget(max(nodes, 1), max(nodes, 1)))
+        logits.append(verifier.forward_tree(state.clone(), tree).float())
+        out += verifier.step(state, tree, steps - len(out)).new_tokens
+    return out, logits
+
+
+def test_compiled_model_decodes_as_eager_and_compiles_at_load():
+    eager = tiny_causal_lm("qwen2", seed=3)
+    compiled = copy.deepcopy(eager)
+    report = compile_for_decoding(compiled, "inductor", "tiny")
+    assert report.mode == "inductor" and report.fallback is None and report.seconds > 0
+    expected, eager_logits = _greedy_with_trees(eager, 24, seed=5)
+    got, compiled_logits = _greedy_with_trees(compiled, 24, seed=5)
+    assert got == expected
+    for a, b in zip(eager_logits, compiled_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)  # fp32: only the summation order differs
+
+
+def test_compile_failure_falls_back_to_eager_with_one_line(capsys):
+    model = tiny_causal_lm("llama", seed=1)
+    reference, _ = _greedy_with_trees(model, 10, seed=2)
+
+    def broken_compile(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found\nsecond line")
+
+    model.compile = broken_compile
+    report = compile_for_decoding(model, "inductor", "tiny-llama")
+    assert report.mode is None and report.fallback == "RuntimeError: no C++ compiler found"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "tiny-llama: torch.compile (inductor) unavailable, running eager" in err
+    assert _greedy_with_trees(model, 10, seed=2)[0] == reference
+
+
+def test_unknown_compile_mode_is_refused():
+    with pytest.raises(ValueError, match="unknown compile mode 'tensorrt'"):
+        compile_for_decoding(tiny_causal_lm("llama"), "tensorrt", "tiny")
+    assert compile_for_decoding(tiny_causal_lm("llama"), None).mode is None
