@@ -449,3 +449,13 @@ def test_compact_tables_keep_the_primary_statistic_under_readable_names():
     assert table.index.names == ["target", "benchmark", "method"]
     assert {"n", "decode x AR", "e2e x AR", "MAT", "= AR"} <= set(table.columns)
     assert len(table.columns) <= 9
+
+
+def test_derived_profiles_bench_the_committed_sidecar_of_their_ancestor():
+    """cpu-fp32 and cpu-compiled change arithmetic or kernels, not weights: they must not fall back
+    to the oracle sidecar because no adapter was trained under their own name."""
+    from ooospec.bench.runner import find_sidecar_adapter
+
+    committed = find_sidecar_adapter("cpu")
+    assert committed is not None
+    assert find_sidecar_adapter("cpu-fp32") == committed == find_sidecar_adapter("cpu-compiled")

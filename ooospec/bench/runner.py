@@ -171,14 +171,17 @@ class ProfileTargets:
 
 def find_sidecar_adapter(profile: str) -> Path | None:
     """The frozen sidecar adapter of ``profile``: the full preset's (the committed one), else the
-    budget preset's. Other sidecar stages (layer sweeps, experiments) are never picked up silently;
-    pass ``BenchConfig.sidecar_adapter`` to bench one of them."""
+    budget preset's; for a derived profile (``cpu-fp32``, ``cpu-compiled``: same weights, other
+    arithmetic or kernels) the nearest ancestor's. Other sidecar stages (layer sweeps, experiments)
+    are never picked up silently; pass ``BenchConfig.sidecar_adapter`` to bench one of them."""
+    from ooospec.models.registry import load_profile
     from ooospec.training.sidecar import find_finished, sidecar_config
 
-    for preset in ("full", "budget"):
-        found = find_finished(sidecar_config(preset, profile))
-        if found is not None:
-            return Path(found.adapter_dir)
+    for name in load_profile(profile).lineage:
+        for preset in ("full", "budget"):
+            found = find_finished(sidecar_config(preset, name))
+            if found is not None:
+                return Path(found.adapter_dir)
     return None
 
 
@@ -631,6 +634,11 @@ def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: Targe
             check_lossless(records, f"{name}/{benchmark}")  # after writing: the slice stays for inspection
     finally:
         pool.close()
+        if compiled is not None and compiled.mode:
+            from ooospec.models.compiled import compiled_graphs
+
+            report = {**asdict(compiled), "graphs_compiled_inside_decodes": compiled_graphs() - compiled.graphs}
+            stage.path(f"compile-{name}.json").write_text(json.dumps(report, indent=1))
         del target
         gc.collect()
 

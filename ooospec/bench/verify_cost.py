@@ -64,7 +64,7 @@ def verify_cost_curve(
             start = time.perf_counter()
             verifier.forward_tree(state, tree)
             elapsed = time.perf_counter() - start
-            commit_kv(state.cache, prefix, [])
+            commit_kv(state.cache, prefix, [], dense=verifier.dense_cache)
             if repeat:
                 times[nodes].append(elapsed)
     medians = {n: statistics.median(ts) for n, ts in times.items()}

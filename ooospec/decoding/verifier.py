@@ -67,9 +67,13 @@ def _cache_layers(cache: DynamicCache) -> list[DynamicLayer]:
     return layers
 
 
-def commit_kv(cache: DynamicCache, prefix_len: int, keep_rows: list[int]) -> None:
+def commit_kv(cache: DynamicCache, prefix_len: int, keep_rows: list[int], dense: bool = False) -> None:
     """Keep the cached prefix plus the rows ``keep_rows`` of the last forward (row 0 = root),
-    moved into consecutive positions; drop every other entry the forward appended."""
+    moved into consecutive positions; drop every other entry the forward appended.
+
+    ``dense``: always leave dense tensors. Cutting a cache's tail is otherwise a view whose strides
+    are those of the longer tensor; an eager forward does not care (its next concatenation copies
+    anyway), but a compiled one guards on strides and would recompile for every layout."""
     contiguous = keep_rows == list(range(len(keep_rows)))
     rows = [prefix_len + r for r in keep_rows]
     end = prefix_len + len(keep_rows)
@@ -80,6 +84,8 @@ def commit_kv(cache: DynamicCache, prefix_len: int, keep_rows: list[int]) -> Non
         if contiguous:
             layer.keys = layer.keys[:, :, :end, :]
             layer.values = layer.values[:, :, :end, :]
+            if dense:
+                layer.keys, layer.values = layer.keys.contiguous(), layer.values.contiguous()
         else:
             layer.keys = torch.cat([layer.keys[:, :, :prefix_len], layer.keys.index_select(2, index)], dim=2)
             layer.values = torch.cat(
@@ -109,6 +115,8 @@ class TreeVerifier:
         self.config = model.config
         params = inspect.signature(model.forward).parameters
         self._logits_to_keep = "logits_to_keep" in params
+        # a model compiled by `ooospec.models.compiled` guards on the cache's strides
+        self.dense_cache = getattr(model, "_compiled_call_impl", None) is not None
 
     def _forward(self, input_ids: list[int], **kwargs) -> torch.Tensor:
         ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)
@@ -124,7 +132,9 @@ class TreeVerifier:
         cache = DynamicCache(config=self.config)
         kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
         logits = self._forward(list(prompt_ids), cache=cache, **kwargs)[-1]
-        _cache_layers(cache)
+        for layer in _cache_layers(cache):
+            if self.dense_cache and layer.is_initialized:  # the prefill leaves transposed views
+                layer.keys, layer.values = layer.keys.contiguous(), layer.values.contiguous()
         first = int(logits.argmax())
         margin = _top2_gap(logits) if self.track_margins else None
         return VerifierState(cache, first, len(prompt_ids)), margin
@@ -175,7 +185,7 @@ class TreeVerifier:
         accepted = accepted[: kept - 1]
         credits = credits[:kept]
         # the last new token is the next root: its KV entry is written by the next forward
-        commit_kv(state.cache, prefix_len, rows[:kept])
+        commit_kv(state.cache, prefix_len, rows[:kept], dense=self.dense_cache)
         state.root, state.cache_len = new_tokens[-1], prefix_len + kept
         margins = _top2_gap(logits[rows[:kept]]) if self.track_margins else []
         return Round(

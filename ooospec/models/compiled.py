@@ -3,14 +3,17 @@
 Why: on CPU the eager forward of a 0.5B model at batch 1 spends much of a one-row step outside the
 matrix products (Python dispatch, many small kernels), and a small-M matrix product leaves BLAS's
 matrix-vector path (the verify-cost study in the ToolSpec chapter). The inductor fuses the small
-kernels, and with ``freezing`` it treats the weights as constants and prepacks them for oneDNN.
-Measured here (Qwen target, bf16, 1 thread, 400-token prefix): the one-row step 91 -> 56 ms.
+kernels (``freezing`` is requested too: weights as constants where it can). Measured here (Qwen
+target, bf16, 1 thread, 400-token prefix): the one-row step 91 -> 56 ms.
 
 Three things a reader of the speed figures must be able to trust:
 
 * **Compile time is never timed.** Compilation is lazy; `compile_for_decoding` runs the three
   call shapes the verifier uses (a prefill, a one-row step, tree forwards with a 4-D mask) on a
-  dummy prefix before the model is handed out, and records how long that took.
+  dummy prefix before the model is handed out, and records how long that took and how many graphs
+  existed then; a bench run records how many were compiled later, inside its decodes (none,
+  measured). The verifier keeps the KV cache dense for a compiled model: a compiled forward guards
+  on the cache's strides and would otherwise recompile for each layout.
 * **Same arithmetic, same outputs.** A compiled forward sums in another order than an eager one,
   so whether it keeps greedy outputs is measured, not assumed: every speculative method must stay
   identical to AR *in the compiled arithmetic* (the lossless tests and the audit), and the study
@@ -39,6 +42,15 @@ class CompileReport:
     mode: str | None  # "inductor", or None for the eager model
     seconds: float  # compile + warm-up time, outside every timed region
     fallback: str | None = None  # why the eager model runs instead (None when compiled as asked)
+    graphs: int = 0  # graphs compiled in this process once warm (`compiled_graphs`): later ones were compiled inside a decode
+
+
+def compiled_graphs() -> int:
+    """Graphs dynamo has compiled in this process so far (a run compares it with
+    `CompileReport.graphs` to show that no compilation happened inside its timed decodes)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def _warm_up(model: Any) -> None:
@@ -56,7 +68,7 @@ def _warm_up(model: Any) -> None:
         tree = build_tree(drafts, TreeBudget(max_nodes=max(nodes, 1), max_depth=max(nodes, 1)))
         start = state.cache_len
         verifier.forward_tree(state, tree)
-        commit_kv(state.cache, start, [])
+        commit_kv(state.cache, start, [], dense=True)
 
 
 def compile_for_decoding(model: Any, mode: str | None, name: str = "model") -> CompileReport:
@@ -69,15 +81,23 @@ def compile_for_decoding(model: Any, mode: str | None, name: str = "model") -> C
     start = time.perf_counter()
     if not hasattr(torch, "compile") or not hasattr(model, "compile"):
         return _fallback(model, name, "this torch build has no torch.compile", start)
+    import torch._dynamo.config as dynamo_config
+
+    # One compiled frame serves every model of the process (the forward's decorator is shared), about
+    # four graphs per architecture (prefill, step, 2-row tree, any tree): room for several, and a
+    # hit limit raises instead of silently running eager
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 64)
+    dynamo_config.fail_on_recompile_limit_hit = True
     try:
-        # dynamic: the prefix grows every step and the row count changes with the tree; freezing:
-        # weights become constants, prepacked for oneDNN (inference only: never for LoRA training)
+        # dynamic: the prefix grows every step and the row count changes with the tree; freezing
+        # asks the inductor to treat the weights as constants (fold, prepack) where it can;
+        # inference only, never for LoRA training
         model.compile(backend="inductor", dynamic=True, options={"freezing": True})
         with torch.no_grad():
             _warm_up(model)
     except Exception as err:  # noqa: BLE001 - any compiler failure means: run eager, say so
         return _fallback(model, name, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", start)
-    return CompileReport("inductor", time.perf_counter() - start)
+    return CompileReport("inductor", time.perf_counter() - start, graphs=compiled_graphs())
 
 
 def _fallback(model: Any, name: str, reason: str, start: float) -> CompileReport:

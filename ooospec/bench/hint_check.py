@@ -1,0 +1,73 @@
+"""Why a hint paid off or not: the sidecar's call against the call the target itself wrote.
+
+Greedy verification accepts a hint token only where the target would have written it, so a hint
+helps exactly as far as it agrees with the target's *own* call (not with gold). Per cell, on the
+same requests: how often the target wrote a call at all (a hint cannot help prose), how often the
+hint was ready before the request finished, whether it named the target's function, which share
+of the target's argument values it had exactly, and whether the whole call matched. Beside the
+decode-phase ratio over ToolSpec this says where OoO-Spec falls short and why; the timelines
+chapter shows the per-token provenance of single requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import pandas as pd
+
+COLUMNS = ["n", "target wrote a call", "hint in time", "same function", "same values", "same call"]
+
+
+def _mean(values: list[bool]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def agreement_row(hint: dict[str, Any] | None, target_call: Any) -> dict[str, Any]:
+    """One request: the hint (a bench record's ``hint``) against the target's first call (or None)."""
+    hint = hint or {}
+    call = hint.get("call") if not hint.get("error") else None
+    ready = hint.get("ready_round") is not None and call is not None
+    row: dict[str, Any] = {"wrote_call": target_call is not None, "ready": ready,
+                           "function": None, "values": [], "whole": None}
+    if target_call is None or call is None:
+        return row
+    arguments = call.get("arguments") or {}
+    row["function"] = call.get("name") == target_call.name
+    row["values"] = [k in arguments and arguments[k] == v for k, v in (target_call.arguments or {}).items()]
+    row["whole"] = bool(row["function"]) and arguments == (target_call.arguments or {})
+    return row
+
+
+def hint_agreement(records: Iterable[dict[str, Any]], profile: str = "cpu", method: str = "ooospec") -> pd.DataFrame:
+    """Per target x benchmark over the requests decoded by AR and by ``method``: the share whose AR
+    output holds a call, the share with a hint ready before the request finished, and, where both
+    exist, the hint's function, argument values (share of the target's values) and whole call
+    equal to the target's first call."""
+    from ooospec.bench.accuracy import parse_calls
+    from ooospec.bench.runner import load_benchmark
+    from ooospec.models.formats import get_surface
+    from ooospec.models.registry import load_profile
+
+    records = list(records)
+    prof = load_profile(profile)
+    ar = {(r["target"], r["benchmark"], r["request_id"]): r for r in records if r["method"] == "ar"}
+    hinted = [r for r in records if r["method"] == method and (r["target"], r["benchmark"], r["request_id"]) in ar]
+    requests = {b: {q.id: q for q in load_benchmark(b)} for b in dict.fromkeys(r["benchmark"] for r in hinted)}
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in hinted:
+        request = requests[r["benchmark"]].get(r["request_id"])
+        if request is None:
+            continue
+        surface = get_surface(prof.target(r["target"]).surface or "")
+        calls, _ = parse_calls(request, ar[(r["target"], r["benchmark"], r["request_id"])]["text"], surface)
+        cells.setdefault((r["target"], r["benchmark"]), []).append(agreement_row(r.get("hint"), calls[0] if calls else None))
+    rows = []
+    for (target, benchmark), group in cells.items():
+        both = [g for g in group if g["function"] is not None]
+        rows.append({"target": target, "benchmark": benchmark, "n": len(group),
+                     "target wrote a call": _mean([g["wrote_call"] for g in group]),
+                     "hint in time": _mean([g["ready"] for g in group]),
+                     "same function": _mean([g["function"] for g in both]),
+                     "same values": _mean([v for g in both for v in g["values"]]),
+                     "same call": _mean([g["whole"] for g in both])})
+    return pd.DataFrame(rows, columns=["target", "benchmark", *COLUMNS]).set_index(["target", "benchmark"])
