@@ -36,8 +36,8 @@ def _greedy_with_trees(model, steps: int, seed: int) -> tuple[list[int], list[to
 
 
 def test_compiled_models_decode_as_eager_and_compile_only_at_load():
-    # two models of one architecture in one process: they share the compiled graphs (the weights
-    # are inputs of the graph, not constants), and each must still compute with its own weights
+    # two models of one architecture in one process: with freezing the weights are constants of
+    # the compiled graph, so the second must get graphs of its own, never the first one's weights
     for seed in (3, 4):
         eager = tiny_causal_lm("qwen2", seed=seed)
         compiled = copy.deepcopy(eager)

@@ -3,8 +3,8 @@
 Why: on CPU the eager forward of a 0.5B model at batch 1 spends much of a one-row step outside the
 matrix products (Python dispatch, many small kernels), and a small-M matrix product leaves BLAS's
 matrix-vector path (the verify-cost study in the ToolSpec chapter). The inductor fuses the small
-kernels (``freezing`` is requested too: weights as constants where it can). Measured here (Qwen
-target, bf16, 1 thread, 400-token prefix): the one-row step 91 -> 56 ms.
+kernels, and with ``freezing`` the weights become constants, prepacked for oneDNN. Measured here
+(Qwen target, bf16, 1 thread, 400-token prefix, a probe): the one-row step 91 -> 56 ms.
 
 Three things a reader of the speed figures must be able to trust:
 
@@ -82,17 +82,22 @@ def compile_for_decoding(model: Any, mode: str | None, name: str = "model") -> C
     if not hasattr(torch, "compile") or not hasattr(model, "compile"):
         return _fallback(model, name, "this torch build has no torch.compile", start)
     import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
 
     # One compiled frame serves every model of the process (the forward's decorator is shared), about
     # four graphs per architecture (prefill, step, 2-row tree, any tree): room for several, and a
     # hit limit raises instead of silently running eager
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 64)
     dynamo_config.fail_on_recompile_limit_hit = True
+    # freezing: the weights become constants of the compiled graph (folded, prepacked for oneDNN),
+    # which is most of the gain measured here; dynamo then guards on each weight's identity, so a
+    # second model compiles its own graphs instead of reusing another model's constants (tested).
+    # Set for the process (the per-call `options` did not engage it, measured); inference only:
+    # LoRA training never compiles.
+    inductor_config.freezing = True
     try:
-        # dynamic: the prefix grows every step and the row count changes with the tree; freezing
-        # asks the inductor to treat the weights as constants (fold, prepack) where it can;
-        # inference only, never for LoRA training
-        model.compile(backend="inductor", dynamic=True, options={"freezing": True})
+        # dynamic: the prefix grows every step and the row count changes with the tree
+        model.compile(backend="inductor", dynamic=True)
         with torch.no_grad():
             _warm_up(model)
     except Exception as err:  # noqa: BLE001 - any compiler failure means: run eager, say so
