@@ -29,6 +29,7 @@ import pandas as pd
 
 from ooospec.bench.summary import method_table, speedup_intervals
 from ooospec.sequences import first_difference
+from ooospec.stage import read_jsonl
 
 COMPILED_OPTIONS = (("cpu", "sdpa"), ("cpu-compiled", "sdpa"))  # eager bf16 beside compiled bf16, one process
 KEPT_FIELDS = ("target", "benchmark", "request_id", "method", "method_base", "sidecar", "identical_to_ar", "near_tie",
@@ -74,7 +75,7 @@ def before_after(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> p
         gain = paired_speedup([eager[k]["decode_s"] for k in keys], [compiled[k]["decode_s"] for k in keys])
         rows.append({"target": cell[0], "benchmark": cell[1], "method": cell[2], "n": len(keys),
                      "x AR, eager": eager_x_ar.get(cell, 1.0), "x AR, compiled": compiled_x_ar.get(cell, 1.0),
-                     "compiled x eager": f"{gain.point:.2f}x [{gain.low:.2f}, {gain.high:.2f}]",
+                     "compiled x eager": gain.cell,
                      "MAT eager": mat_eager.get(cell), "MAT compiled": mat_compiled.get(cell)})
     return pd.DataFrame(rows).set_index(["target", "benchmark", "method"]).round(2) if rows else pd.DataFrame()
 
@@ -101,7 +102,7 @@ def ar_comparison(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> 
         rows.append({"target": target, "benchmark": benchmark, "n": len(keys),
                      "eager ms/token": round(1000 * sum(eager[k]["decode_s"] for k in keys) / max(tokens, 1)),
                      "compiled ms/token": round(1000 * sum(compiled[k]["decode_s"] for k in keys) / max(tokens_c, 1)),
-                     "AR decode, compiled x eager": str(speed).split(" (n=")[0],
+                     "AR decode, compiled x eager": speed.cell,
                      "same output": sum(d is None for d in differ),
                      "first differences at": [d for d in differ if d is not None]})
     return pd.DataFrame(rows)
@@ -113,11 +114,9 @@ def load_committed(folder: Path | None = None) -> dict[str, Any] | None:
     if not (folder / "provenance.json").exists():
         return None
 
-    def jsonl(name):
-        return [json.loads(line) for line in (folder / name).read_text().splitlines() if line.strip()]
-
-    return {"points": json.loads((folder / "points.json").read_text()), "before": jsonl("before.jsonl"),
-            "after": jsonl("after.jsonl"), "provenance": json.loads((folder / "provenance.json").read_text())}
+    return {"points": json.loads((folder / "points.json").read_text()),
+            "before": list(read_jsonl(folder / "before.jsonl")), "after": list(read_jsonl(folder / "after.jsonl")),
+            "provenance": json.loads((folder / "provenance.json").read_text())}
 
 
 def measure(out: Path, *, targets: tuple[str, ...] = ("qwen2.5-coder-0.5b", "smollm2-135m-tool"),
@@ -142,8 +141,7 @@ def measure(out: Path, *, targets: tuple[str, ...] = ("qwen2.5-coder-0.5b", "smo
     after = run_bench(after_cfg)
     bench_s = time.time() - bench_start
     if before_records is not None:
-        before = [json.loads(line) for line in before_records.read_text().splitlines() if line.strip()]
-        before = [r for r in before if r["target"] in bench_targets]
+        before = [r for r in read_jsonl(before_records) if r["target"] in bench_targets]
     else:
         before = list(run_bench(replace(after_cfg, profile="cpu")))
     for name, records in (("before.jsonl", before), ("after.jsonl", list(after))):

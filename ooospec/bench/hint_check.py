@@ -44,23 +44,17 @@ def hint_agreement(records: Iterable[dict[str, Any]], profile: str = "cpu", meth
     exist, the hint's function, argument values (share of the target's values) and whole call
     equal to the target's first call."""
     from ooospec.bench.accuracy import parse_calls
-    from ooospec.bench.runner import load_benchmark
-    from ooospec.models.formats import get_surface
-    from ooospec.models.registry import load_profile
+    from ooospec.bench.summary import ar_outputs
 
     records = list(records)
-    prof = load_profile(profile)
-    ar = {(r["target"], r["benchmark"], r["request_id"]): r for r in records if r["method"] == "ar"}
-    hinted = [r for r in records if r["method"] == method and (r["target"], r["benchmark"], r["request_id"]) in ar]
-    requests = {b: {q.id: q for q in load_benchmark(b)} for b in dict.fromkeys(r["benchmark"] for r in hinted)}
+    hints = {(r["target"], r["benchmark"], r["request_id"]): r.get("hint") for r in records if r["method"] == method}
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in hinted:
-        request = requests[r["benchmark"]].get(r["request_id"])
-        if request is None:
+    for r, request, surface in ar_outputs(records, profile):
+        key = (r["target"], r["benchmark"], r["request_id"])
+        if key not in hints:
             continue
-        surface = get_surface(prof.target(r["target"]).surface or "")
-        calls, _ = parse_calls(request, ar[(r["target"], r["benchmark"], r["request_id"])]["text"], surface)
-        cells.setdefault((r["target"], r["benchmark"]), []).append(agreement_row(r.get("hint"), calls[0] if calls else None))
+        calls, _ = parse_calls(request, r["text"], surface)
+        cells.setdefault(key[:2], []).append(agreement_row(hints[key], calls[0] if calls else None))
     rows = []
     for (target, benchmark), group in cells.items():
         both = [g for g in group if g["function"] is not None]

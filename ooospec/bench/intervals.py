@@ -46,8 +46,13 @@ class RatioInterval:
             return "slower"
         return "no difference shown"
 
+    @property
+    def cell(self) -> str:
+        """``1.57x [1.54, 1.61]``: the point and its interval, for a table cell."""
+        return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
     def __str__(self) -> str:
-        return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}] (n={self.n})"
+        return f"{self.cell} (n={self.n})"
 
 
 def _statistic(base: np.ndarray, new: np.ndarray, statistic: str) -> np.ndarray:

@@ -615,7 +615,6 @@ def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: Targe
     target = provider.load(name)
     compiled = getattr(target, "compiled", None)
     if compiled is not None and (compiled.mode or compiled.fallback):
-        stage.path(f"compile-{name}.json").write_text(json.dumps(asdict(compiled), indent=1))
         print(f"bench: {name}: " + (f"compiled ({compiled.mode}) in {compiled.seconds:.0f} s, outside every timed region"
                                     if compiled.mode else f"eager (compile fell back: {compiled.fallback})"))
     oracle_calls = CallDirectory(stage.dir / "oracle_calls" / f"{name}@{fingerprint}")
@@ -634,10 +633,12 @@ def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: Targe
             check_lossless(records, f"{name}/{benchmark}")  # after writing: the slice stays for inspection
     finally:
         pool.close()
-        if compiled is not None and compiled.mode:
+        if compiled is not None and (compiled.mode or compiled.fallback):
             from ooospec.models.compiled import compiled_graphs
 
-            report = {**asdict(compiled), "graphs_compiled_inside_decodes": compiled_graphs() - compiled.graphs}
+            report = asdict(compiled)
+            if compiled.mode:
+                report["graphs_compiled_inside_decodes"] = compiled_graphs() - compiled.graphs
             stage.path(f"compile-{name}.json").write_text(json.dumps(report, indent=1))
         del target
         gc.collect()

@@ -495,11 +495,10 @@ def interval_pivot(intervals: pd.DataFrame, phase: str = "decode") -> pd.DataFra
     return table.join(n).set_index("n", append=True)
 
 
-def scored_ar_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu") -> list[tuple[dict[str, Any], Any]]:
-    """Each AR record with its output scored against gold (`bench.accuracy.score_text`) in its
-    target's frozen surface. Every method writes AR's output (lossless), so AR's record per request
-    stands for all."""
-    from ooospec.bench.accuracy import score_text
+def ar_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu") -> list[tuple[dict[str, Any], Any, Any]]:
+    """Each AR record with its request (from its benchmark file) and its target's frozen surface,
+    loaded once per benchmark and target. Every method writes AR's output (lossless), so AR's record
+    per request stands for all; a record whose request is not in the file is left out."""
     from ooospec.bench.runner import load_benchmark
     from ooospec.models.formats import get_surface
     from ooospec.models.registry import load_profile
@@ -508,8 +507,17 @@ def scored_ar_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu") -
     ar = [r for r in records if r["method"] == "ar"]
     requests = {b: {q.id: q for q in load_benchmark(b)} for b in dict.fromkeys(r["benchmark"] for r in ar)}
     surfaces = {t: get_surface(prof.target(t).surface or "") for t in dict.fromkeys(r["target"] for r in ar)}
-    return [(r, score_text(requests[r["benchmark"]][r["request_id"]], r["text"], surfaces[r["target"]], target=r["target"]))
+    return [(r, requests[r["benchmark"]][r["request_id"]], surfaces[r["target"]])
             for r in ar if r["request_id"] in requests[r["benchmark"]]]
+
+
+def scored_ar_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu") -> list[tuple[dict[str, Any], Any]]:
+    """Each AR record (`ar_outputs`) with its output scored against gold (`bench.accuracy.score_text`)
+    in its target's frozen surface."""
+    from ooospec.bench.accuracy import score_text
+
+    return [(r, score_text(request, r["text"], surface, target=r["target"]))
+            for r, request, surface in ar_outputs(records, profile)]
 
 
 def output_accuracy(records: Iterable[dict[str, Any]], profile: str = "cpu") -> pd.DataFrame:

@@ -67,6 +67,10 @@ def _cache_layers(cache: DynamicCache) -> list[DynamicLayer]:
     return layers
 
 
+def _make_dense(layer: DynamicLayer) -> None:
+    layer.keys, layer.values = layer.keys.contiguous(), layer.values.contiguous()
+
+
 def commit_kv(cache: DynamicCache, prefix_len: int, keep_rows: list[int], dense: bool = False) -> None:
     """Keep the cached prefix plus the rows ``keep_rows`` of the last forward (row 0 = root),
     moved into consecutive positions; drop every other entry the forward appended.
@@ -85,7 +89,7 @@ def commit_kv(cache: DynamicCache, prefix_len: int, keep_rows: list[int], dense:
             layer.keys = layer.keys[:, :, :end, :]
             layer.values = layer.values[:, :, :end, :]
             if dense:
-                layer.keys, layer.values = layer.keys.contiguous(), layer.values.contiguous()
+                _make_dense(layer)
         else:
             layer.keys = torch.cat([layer.keys[:, :, :prefix_len], layer.keys.index_select(2, index)], dim=2)
             layer.values = torch.cat(
@@ -134,7 +138,7 @@ class TreeVerifier:
         logits = self._forward(list(prompt_ids), cache=cache, **kwargs)[-1]
         for layer in _cache_layers(cache):
             if self.dense_cache and layer.is_initialized:  # the prefill leaves transposed views
-                layer.keys, layer.values = layer.keys.contiguous(), layer.values.contiguous()
+                _make_dense(layer)
         first = int(logits.argmax())
         margin = _top2_gap(logits) if self.track_margins else None
         return VerifierState(cache, first, len(prompt_ids)), margin
