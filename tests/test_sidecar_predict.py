@@ -143,3 +143,40 @@ def test_required_slots_are_never_answered_null():
             assert rows[("get_weather", "unit")] == "null"
             if mode != "two_waves":
                 assert rows[("get_time", "zone")] == "null"
+
+
+def test_init_from_starts_at_a_committed_adapter_pinned_by_its_hash(tmp_path, monkeypatch):
+    import shutil
+
+    from ooospec.training.sidecar import load_lora_weights, start_adapter
+    from ooospec.training.lora import attach_lora
+
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    splits = {"train": [request(f"t{i}", c) for i, c in enumerate(["Paris", "Oslo", "Rome"])],
+              "dev": [request("d0", "Bern")]}
+    lora = LoraTrainConfig(lr=1e-2, checkpoint_every=1).to_dict()
+    first = train_sidecar(SidecarConfig(base="tiny", calls="gold", train_requests=3, dev_requests=None, max_new_tokens=4,
+                                        lora=lora), requests=splits, progress=lambda _: None)
+    committed = tmp_path / "committed" / "adapters" / "first" / "adapter"
+    shutil.copytree(first.adapter_dir, committed)
+    sha = first.record["sha256"]
+
+    # the start's LoRA weights are loaded exactly into a fresh LoRA of the same shape
+    model, _ = tiny_model_and_tokenizer(seed=0)
+    model = attach_lora(model, LoraTrainConfig(**lora))
+    load_lora_weights(model, start_adapter(f"first@{sha[:12]}").adapter_dir, LoraTrainConfig(**lora))
+    from safetensors.torch import load_file
+    saved = load_file(str(committed / "adapter_model.safetensors"))
+    params = {n: p for n, p in model.named_parameters() if "lora_" in n}
+    assert saved and all(any(torch.equal(v, p) for n, p in params.items() if n.startswith(k.rsplit(".weight", 1)[0]))
+                         for k, v in saved.items())
+
+    second = train_sidecar(SidecarConfig(base="tiny", calls="gold", train_requests=3, dev_requests=None, max_new_tokens=4,
+                                         lora=lora, init_from=f"first@{sha[:12]}"), requests=splits, progress=lambda _: None)
+    assert second.record["started_from"]["sha256"] == sha and second.record["sha256"] != sha
+    assert second.record["name"].endswith("-pass2")
+    with pytest.raises(ValueError, match="has sha256"):
+        start_adapter("first@000000000000")
+    (committed / "adapter_model.safetensors").write_bytes(b"changed")
+    with pytest.raises(ValueError, match="changed since freezing"):
+        start_adapter(f"first@{sha[:12]}")
