@@ -235,7 +235,7 @@ def passes_table(profile: str = "cpu") -> "pd.DataFrame | None":
         return None
     tables = []
     for label, run in runs.items():
-        table = dev_scores(run.adapter_dir, profile).reset_index()
+        table = dev_scores(run.adapter_dir, profile).reset_index().drop(columns=["null_precision", "null_recall"])
         table.insert(0, "adapter", f"{label} ({run.record['sha256'][:12]})")
         table["final_loss"] = run.record["train"]["final_loss"]
         table["train_min"] = round(run.record["train"]["seconds"] / 60)
