@@ -109,7 +109,7 @@ def test_teacher_calls_where_traced_gold_elsewhere(monkeypatch):
     reqs = [request("a", "Paris"), request("b", "Oslo"), request("c", "Rome")]
     traces = [{"id": "a", "call": {"name": "get_time", "arguments": {"zone": "CET"}}, "reason": None},
               {"id": "b", "call": None, "reason": "unknown_function: get_tide"}]
-    monkeypatch.setattr(training, "teacher_traces", lambda requests, profile: (traces, "2 test traces"))
+    monkeypatch.setattr(training, "teacher_traces", lambda requests, profile, limit=None: (traces, "2 test traces"))
     mixed, label = training.select_calls(reqs, "train", SidecarConfig(calls="teacher+gold"))
     assert [(k.request_id, k.origin, k.call.name) for k in mixed.kept] == [("a", "teacher", "get_time"),
                                                                            ("c", "gold", "get_weather")]
@@ -118,9 +118,30 @@ def test_teacher_calls_where_traced_gold_elsewhere(monkeypatch):
     assert [k.request_id for k in only.kept] == ["a"] and only.dropped["not traced"] == 1
     first = training.subset(mixed, 1, seed=0)
     assert [k.origin for k in first.kept] == ["teacher"] and first.dropped["beyond subset limit"] == 1
-    monkeypatch.setattr(training, "teacher_traces", lambda requests, profile: None)
+    monkeypatch.setattr(training, "teacher_traces", lambda requests, profile, limit=None: None)
     fallback, label = training.select_calls(reqs, "train", SidecarConfig(calls="teacher+gold"))
     assert len(fallback.kept) == 3 and label.startswith("gold (fallback")
+
+
+def test_teacher_traces_are_limited_to_the_first_requests_of_the_trace_order(monkeypatch):
+    """A preset's labels stay fixed when further trace chunks are committed: only the first N
+    requests of the trace order (the order the chunks follow) may carry a teacher call."""
+    from ooospec.training import sidecar as training
+    from ooospec.training import teacher
+
+    reqs = [request(rid, city) for rid, city in (("a", "Paris"), ("b", "Oslo"), ("c", "Rome"), ("d", "Lima"))]
+    committed = {(r.id, r.prompt_hash): {"id": r.id, "call": None, "reason": "no_call_parsed", "origin": "committed:x"}
+                 for r in reqs}
+    monkeypatch.setattr(teacher, "committed_records", lambda settings: committed)
+    monkeypatch.setattr(teacher, "profile_teacher_settings", lambda *args, **kwargs: {})
+    order = [r.id for r in teacher.subset(reqs, None)]
+    for limit in (1, 3):
+        records, label = training.teacher_traces(reqs, "cpu", limit)
+        assert sorted(r["id"] for r in records) == sorted(order[:limit]) and label.startswith(f"{limit} committed")
+    assert len(training.teacher_traces(reqs, "cpu", None)[0]) == 4
+    # the option is left out of the key at the traces every earlier adapter was trained with
+    assert "teacher_requests" not in SidecarConfig().key_config()
+    assert SidecarConfig(teacher_requests=None).key() != SidecarConfig().key()
 
 
 def test_required_slots_are_never_answered_null():

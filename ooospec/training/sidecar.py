@@ -38,6 +38,9 @@ STAGE_NAME = "sidecar"
 SAMPLE_REQUESTS = 3  # rows of this many requests per split are kept with a committed adapter
 
 
+TRACES_BEFORE_OPTION = 1500  # committed training traces when `SidecarConfig.teacher_requests` came in
+
+
 @dataclass
 class SidecarConfig:
     """What determines the sidecar adapter; its hash keys the stage directory."""
@@ -58,12 +61,20 @@ class SidecarConfig:
     # start, so a replaced adapter is refused, never silently continued. Left out of the key when
     # None, so adapters trained before the option existed keep their keys.
     init_from: str | None = None
+    # whose teacher traces label the training split: the first N training requests of the trace
+    # order (`ooospec.training.teacher.subset`, the order the committed chunks follow), or None for
+    # every committed trace. Committing more chunks must not change what an existing preset trains
+    # on, so each preset names its N. Left out of the key at 1,500 (the traces every adapter
+    # before the option was trained with), so those adapters keep their keys.
+    teacher_requests: int | None = TRACES_BEFORE_OPTION
 
     def key_config(self) -> dict[str, Any]:
         """What keys the stage directory and a committed adapter's record."""
         out = asdict(self)
         if out["init_from"] is None:
             del out["init_from"]
+        if out["teacher_requests"] == TRACES_BEFORE_OPTION:
+            del out["teacher_requests"]
         return out
 
     def key(self) -> str:
@@ -118,16 +129,22 @@ def load_requests(split: str) -> list[Request]:
     return load_split(split)
 
 
-def teacher_traces(requests: list[Request], profile: str) -> tuple[list[dict[str, Any]], str] | None:
+def teacher_traces(requests: list[Request], profile: str,
+                   limit: int | None = None) -> tuple[list[dict[str, Any]], str] | None:
     """Committed teacher traces of these requests (same id and prompt hash), or None while absent.
 
-    Only traces that already exist are used: tracing is the teacher stage's job (10-20 s per
-    request on CPU), never a side effect of training the sidecar.
+    ``limit``: only the first ``limit`` requests of the trace order (`ooospec.training.teacher.subset`)
+    may carry a trace, so a preset's labels stay fixed when further chunks are committed. Only
+    traces that already exist are used: tracing is the teacher stage's job (seconds per request
+    on CPU), never a side effect of training the sidecar.
     """
-    from ooospec.training.teacher import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, committed_records, profile_teacher_settings
+    from ooospec.training.teacher import (DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, committed_records,
+                                          profile_teacher_settings, subset)
 
     committed = committed_records(profile_teacher_settings(profile, DEFAULT_MAX_NEW_TOKENS, DEFAULT_BATCH_SIZE))
-    records = [committed[(r.id, r.prompt_hash)] for r in requests if (r.id, r.prompt_hash) in committed]
+    allowed = {r.id for r in subset(requests, limit)}
+    records = [committed[(r.id, r.prompt_hash)] for r in requests
+               if r.id in allowed and (r.id, r.prompt_hash) in committed]
     if not records:
         return None
     sets = sorted({str(r.get("origin", "committed")) for r in records})
@@ -146,7 +163,7 @@ def select_calls(requests: list[Request], split: str, cfg: SidecarConfig) -> tup
         raise ValueError(f"SidecarConfig.calls must be 'teacher', 'teacher+gold' or 'gold', got {cfg.calls!r}")
     if cfg.calls == "gold":
         return calls_from_gold(requests), "gold"
-    traces = teacher_traces(requests, cfg.profile)
+    traces = teacher_traces(requests, cfg.profile, cfg.teacher_requests)
     if traces is None:
         return calls_from_gold(requests), "gold (fallback: no teacher traces for this split yet)"
     records, label = traces
@@ -448,6 +465,11 @@ PAPER_RECIPE = SidecarConfig(calls="teacher+gold", train_requests=1500, threads=
 PASS2_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "init_from": "sidecar-cpu-kall@1b17c2d3b09f",
                                 "lora": LoraTrainConfig(lr=5e-4, autocast="bf16").to_dict()})
 
+# the paper's recipe on every committed training trace (all 3,435 training requests once the
+# chunks up to cpu-train-03435 are in): the teacher's call where it is valid, no gold stand-ins
+# left; one pass from a fresh LoRA, as in the paper. About twice the rows of `teacher`.
+SCALE_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "train_requests": None, "teacher_requests": None})
+
 PRESETS = {
     # the committed adapter that `make reproduce` and the bench use: the paper's recipe plus a
     # second pass, chosen on dev (whole call 0.37 -> 0.43 against the target's calls, function
@@ -456,6 +478,8 @@ PRESETS = {
     "pass2": PASS2_RECIPE,
     # the paper's recipe, one pass (committed too: the second pass starts from it)
     "teacher": PAPER_RECIPE,
+    # every committed trace (see SCALE_RECIPE); long: train it resumably, then compare on dev
+    "scale": SCALE_RECIPE,
     # the earlier committed adapter: the gold calls of 200 requests, fp32 (37 min of training)
     "gold200": SidecarConfig(calls="gold"),
     # a retrain that fits the cpu profile's 30-minute budget together with teacher and tool LoRA
