@@ -211,6 +211,24 @@ def committed_audit() -> tuple[pd.DataFrame, pd.DataFrame]:
     return summary, mismatches.reset_index(drop=True)
 
 
+def open_final_turn_probe() -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The committed probe of an open last assistant turn (`tools/probe_open_final_turn.py`): on
+    API-Bank requests that end with the AI's own words, does the Qwen target write a call when a
+    new assistant turn is opened (the committed prompt) or when that last turn is left open for it
+    to complete? One row per rendering (requests, outputs that parse as a call, and how many were
+    empty), and the probe's provenance; empty when the probe is absent."""
+    from ooospec.paths import artifacts_dir
+
+    folder = artifacts_dir() / "committed" / "probes" / "apibank-open-final-turn"
+    if not (folder / "outputs.jsonl").exists():
+        return pd.DataFrame(), {}
+    rows = pd.DataFrame(list(read_jsonl(folder / "outputs.jsonl")))
+    rows["empty"] = rows.output.str.strip() == ""
+    table = rows.groupby("rendering", sort=False).agg(requests=("request_id", "size"), parse_as_call=("parsed", "sum"),
+                                                      empty_output=("empty", "sum"))
+    return table, json.loads((folder / "provenance.json").read_text())
+
+
 def slice_accuracy(records: list[dict[str, Any]], profile: str = "cpu") -> pd.DataFrame:
     """Does the target write a call? AR's output of each slice request parsed in the target's
     frozen surface and scored against gold (`ooospec.bench.accuracy`): parse rate, name match,
