@@ -551,6 +551,46 @@ def unparsed_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu", ch
     return pd.DataFrame(rows, columns=["target", "benchmark", "request_id", "kind", "output"])
 
 
+CEILING_METHOD = "ooospec:oracle"
+
+
+def ceiling_table(head_to_head: pd.DataFrame, agreement: pd.DataFrame, aim: float = 1.35,
+                  phase: str = "decode") -> pd.DataFrame:
+    """OoO-Spec with its trained sidecar next to its ceiling, per target x benchmark: both over
+    ToolSpec in ``phase`` (`speedup [95% interval]`, same requests), the share of AR outputs that
+    hold a call (`hint_agreement`), and what the ceiling says of ``aim``.
+
+    The ceiling is ``ooospec:oracle``: the hint is the target's own greedy call, ready at once, so
+    no sidecar can do better on those requests. Where even its interval lies below ``aim``, no
+    training of the sidecar can reach the aim on this target and hardware."""
+    cells = head_to_head[head_to_head.phase == PHASE_LABELS.get(phase, phase)]
+
+    def cell(target: str, benchmark: str, method: str) -> pd.Series | None:
+        found = cells[(cells.target == target) & (cells.benchmark == benchmark) & (cells.method == method)]
+        return None if found.empty else found.iloc[0]
+
+    rows = []
+    for (target, benchmark), group in cells.groupby(["target", "benchmark"], sort=False):
+        trained, ceiling = cell(target, benchmark, "ooospec"), cell(target, benchmark, CEILING_METHOD)
+        if trained is None or ceiling is None:
+            continue
+        wrote = (agreement.loc[(target, benchmark), "target wrote a call"]
+                 if (target, benchmark) in agreement.index else float("nan"))
+        if ceiling.ci_high < aim:
+            reach = f"out of reach: even the ceiling is below {aim:.2f}x"
+        elif ceiling.speedup >= aim:
+            reach = f"within reach: the ceiling reaches {aim:.2f}x"
+        else:
+            reach = f"not shown: the ceiling's interval holds {aim:.2f}x"
+        rows.append({"target": target, "benchmark": benchmark, "n": int(trained.n),
+                     "OoO-Spec / ToolSpec": f"{trained.speedup:.2f}x [{trained.ci_low:.2f}, {trained.ci_high:.2f}]",
+                     "ceiling / ToolSpec": f"{ceiling.speedup:.2f}x [{ceiling.ci_low:.2f}, {ceiling.ci_high:.2f}]",
+                     "share of the ceiling's gain": ((trained.speedup - 1) / (ceiling.speedup - 1)
+                                                     if ceiling.speedup > 1 else float("nan")),
+                     "target wrote a call": wrote, f"aim {aim:.2f}x": reach})
+    return pd.DataFrame(rows).set_index(["target", "benchmark"]) if rows else pd.DataFrame()
+
+
 def verdict(intervals: pd.DataFrame, head_to_head: pd.DataFrame, phase: str = "decode",
             control: pd.DataFrame | None = None) -> str:
     """The results in a few sentences, written from the run's own numbers (markdown).
