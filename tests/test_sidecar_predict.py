@@ -142,6 +142,9 @@ def test_teacher_traces_are_limited_to_the_first_requests_of_the_trace_order(mon
     # the option is left out of the key at the traces every earlier adapter was trained with
     assert "teacher_requests" not in SidecarConfig().key_config()
     assert SidecarConfig(teacher_requests=None).key() != SidecarConfig().key()
+    # and an adapter on other traces is committed beside, never over, the existing ones
+    assert SidecarConfig().committed_name == "sidecar-cpu-kall"
+    assert SidecarConfig(teacher_requests=None).committed_name == "sidecar-cpu-kall-tracesall"
 
 
 def test_required_slots_are_never_answered_null():

@@ -83,7 +83,9 @@ class SidecarConfig:
     @property
     def committed_name(self) -> str:
         layers = "all" if self.num_layers is None else self.num_layers
-        return f"sidecar-{self.profile}-k{layers}" + ("-pass2" if self.init_from else "")
+        traces = ("" if self.teacher_requests == TRACES_BEFORE_OPTION
+                  else f"-traces{'all' if self.teacher_requests is None else self.teacher_requests}")
+        return f"sidecar-{self.profile}-k{layers}" + traces + ("-pass2" if self.init_from else "")
 
 
 def committed_adapters_dir() -> Path:
@@ -241,14 +243,16 @@ def dev_scores(adapter_dir: Path, profile: str = "cpu") -> "pd.DataFrame":
 
 
 def passes_table(profile: str = "cpu") -> "pd.DataFrame | None":
-    """Dev scores of the one-pass adapter (preset ``teacher``) and of the second pass started from
-    it (preset ``pass2``), both against the target's own calls and against gold, from their stored
-    dev waves on the same requests; None unless both are frozen."""
+    """Dev scores of the one-pass adapter (preset ``teacher``), of the second pass started from it
+    (preset ``pass2``) and of one pass over every committed trace (preset ``scale``), whichever are
+    frozen, against the target's own calls and against gold, from their stored dev waves on the same
+    requests; None while fewer than two are frozen."""
     import pandas as pd
 
-    runs = {label: find_finished(sidecar_config(preset, profile)) for label, preset in
-            (("one pass", "teacher"), ("two passes", "pass2"))}
-    if any(run is None for run in runs.values()):
+    found = {label: find_finished(sidecar_config(preset, profile)) for label, preset in
+             (("one pass", "teacher"), ("two passes", "pass2"), ("every trace, one pass", "scale"))}
+    runs = {label: run for label, run in found.items() if run is not None}
+    if len(runs) < 2:
         return None
     tables = []
     for label, run in runs.items():
