@@ -8,6 +8,7 @@ Chromium loads every chapter page and checks that it rendered with its figures.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 import subprocess
@@ -151,3 +152,12 @@ def test_no_visible_table_is_wider_than_the_page(built_book: Path, tmp_path: Pat
                             .replace("&gt;", ">"))
         too_wide += [f"{page}: {w} > {result['limit']} px" for w in result["wide"]]
     assert not too_wide, "tables wider than the page at 1280 px:\n" + "\n".join(too_wide)
+
+
+def test_every_notebook_is_valid_nbformat_with_cell_ids():
+    """A cell added without an id is a validation warning today and an error in a later nbformat."""
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        raw = json.loads(path.read_text())
+        missing = [i for i, cell in enumerate(raw["cells"]) if "id" not in cell]
+        assert not missing, f"{path.name}: cells without an id: {missing}"
+        nbformat.validate(nbformat.reads(path.read_text(), as_version=4))
