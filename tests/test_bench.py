@@ -344,6 +344,12 @@ def test_speedup_intervals_and_the_generated_verdict():
     assert decode.speedup == pytest.approx(1.25) and decode.verdict == "faster"
     text = verdict(intervals, h2h)
     assert "OoO-Spec is faster than ToolSpec, 1.25x [1.25, 1.25], n = 12" in text and "1 of 1" in text
+    assert "ceiling" not in text
+    # with the ceiling decoded beside it, the verdict names it (and still counts OoO-Spec's cells only)
+    records += [fake("ooospec:oracle", f"r{i}", (10.0 + i) / 4, (10.0 + i) / 4 + 5) for i in range(12)]
+    h2h = speedup_intervals(records, reference="toolspec", methods=["ooospec", "ooospec:oracle"])
+    text = verdict(speedup_intervals(records), h2h)
+    assert "The ceiling" in text and "t / apibank: 2.00x [2.00, 2.00], n = 12 (faster)" in text and "1 of 1" in text
 
 
 def test_the_equal_hardware_control_decodes_on_both_cores(artifacts):

@@ -619,6 +619,13 @@ def verdict(intervals: pd.DataFrame, head_to_head: pd.DataFrame, phase: str = "d
         for _, row in control[(control.phase == phase) & (control.method == "ooospec")].iterrows():
             lines.append(f"* {row.target} / {row.benchmark}: OoO-Spec over ToolSpec on both cores "
                          f"{row.speedup:.2f}x [{row.ci_low:.2f}, {row.ci_high:.2f}], n = {row.n} ({row.verdict}).")
+    ceiling = head_to_head[(head_to_head.phase == phase) & (head_to_head.method == CEILING_METHOD)]
+    if not ceiling.empty:
+        lines.append("\nThe ceiling (`ooospec:oracle`: the target's own call as the hint, ready at once; no sidecar "
+                     "can do better), over ToolSpec on the same requests:")
+        for _, row in ceiling.iterrows():
+            lines.append(f"* {row.target} / {row.benchmark}: {row.speedup:.2f}x [{row.ci_low:.2f}, {row.ci_high:.2f}], "
+                         f"n = {row.n} ({row.verdict}).")
     faster = int((h2h.verdict == "faster").sum())
     lines.append(f"\nOoO-Spec beats ToolSpec with an interval above 1 in {faster} of {len(h2h)} target x benchmark "
                  "cells here. The paper claims it in all 21 of its cells (GPUs, 4B-32B targets, a sidecar trained on "
