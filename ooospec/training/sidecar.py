@@ -482,7 +482,10 @@ PRESETS = {
     "pass2": PASS2_RECIPE,
     # the paper's recipe, one pass (committed too: the second pass starts from it)
     "teacher": PAPER_RECIPE,
-    # every committed trace (see SCALE_RECIPE); long: train it resumably, then compare on dev
+    # every committed trace (see SCALE_RECIPE); long: train it resumably, then compare on dev. Rule
+    # fixed before it finished and before any evaluation run: it becomes `full` if, on the same 60
+    # dev requests against the target's own calls, its whole-call match is higher than the two-pass
+    # adapter's (ties: argument values decide); otherwise it stays beside it in the passes table
     "scale": SCALE_RECIPE,
     # the earlier committed adapter: the gold calls of 200 requests, fp32 (37 min of training)
     "gold200": SidecarConfig(calls="gold"),
