@@ -42,7 +42,8 @@ def main() -> None:
     torch.set_num_threads(1)
     target = load_role(args.target, args.profile)
     tok = target.tokenizer
-    ending = [r for r in load_split("eval_apibank")
+    requests = load_split("eval_apibank")
+    ending = [r for r in requests
               if r.messages[-1]["role"] == "assistant" and not r.messages[-1].get("tool_calls")]
     chosen = sorted(ending, key=lambda r: (r.prompt_hash, r.id))[:args.n]
     rows, began = [], time.time()
@@ -66,7 +67,7 @@ def main() -> None:
     (out.parent / "provenance.json").write_text(json.dumps({
         "made_by": f"python tools/probe_open_final_turn.py --n {args.n} --target {args.target} --profile {args.profile}",
         "code_commit": code_commit(), "requests": len(chosen), "of_requests_ending_with_ai_text": len(ending),
-        "of_apibank_requests": len(load_split("eval_apibank")), "max_new_tokens": args.max_new_tokens,
+        "of_apibank_requests": len(requests), "max_new_tokens": args.max_new_tokens,
         "parsed": {k: sum(r["parsed"] for r in rows if r["rendering"] == k) for k in RENDERINGS},
         "seconds": round(time.time() - began, 1), "torch": torch.__version__}, indent=2))
     print(f"wrote {out}")

@@ -564,16 +564,12 @@ def ceiling_table(head_to_head: pd.DataFrame, agreement: pd.DataFrame, aim: floa
     no sidecar can do better on those requests. Where even its interval lies below ``aim``, no
     training of the sidecar can reach the aim on this target and hardware."""
     cells = head_to_head[head_to_head.phase == PHASE_LABELS.get(phase, phase)]
-
-    def cell(target: str, benchmark: str, method: str) -> pd.Series | None:
-        found = cells[(cells.target == target) & (cells.benchmark == benchmark) & (cells.method == method)]
-        return None if found.empty else found.iloc[0]
-
     rows = []
     for (target, benchmark), group in cells.groupby(["target", "benchmark"], sort=False):
-        trained, ceiling = cell(target, benchmark, "ooospec"), cell(target, benchmark, CEILING_METHOD)
-        if trained is None or ceiling is None:
+        by_method = group.set_index("method")
+        if not {"ooospec", CEILING_METHOD} <= set(by_method.index):
             continue
+        trained, ceiling = by_method.loc["ooospec"], by_method.loc[CEILING_METHOD]
         wrote = (agreement.loc[(target, benchmark), "target wrote a call"]
                  if (target, benchmark) in agreement.index else float("nan"))
         if ceiling.ci_high < aim:
