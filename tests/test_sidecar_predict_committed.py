@@ -84,3 +84,24 @@ def test_committed_tool_adapter_reproduces_a_dev_output():
     text, _ = greedy_text(parts.model, parts.tokenizer, parts.prompt_ids(request), parts.eos_id,
                           TOOL_PRESETS["full"].max_new_tokens)
     assert text == first["text"]
+
+
+def test_function_cases_split_misses_by_whose_departure():
+    from ooospec.training.sidecar import FUNCTION_CASES, function_cases
+
+    predicted = {"a": "f", "b": "f", "c": "g", "d": "g", "e": None, "x": "f"}
+    target = {"a": "f", "b": "f", "c": "f", "d": "f", "e": "h", "z": "f"}  # z: no sidecar call, skipped
+    gold = {"a": "f", "b": "k", "c": "f", "d": "g", "e": "k"}
+    counts = function_cases(predicted, target, gold)
+    assert list(counts) == list(FUNCTION_CASES)
+    assert list(counts.values()) == [1, 1, 1, 1, 1]  # a, b, c (sidecar's miss), d (target departs), e
+
+
+def test_committed_function_cases_add_up_to_the_dev_scores(sidecar_dir):
+    from ooospec.training.sidecar import FUNCTION_CASES, dev_scores, function_cases_table
+
+    table = function_cases_table({"full": sidecar_dir / "adapter"})
+    scores = dev_scores(sidecar_dir / "adapter").loc["target's own call (teacher trace)"]
+    assert table["full"].sum() == scores["requests"]
+    agree = table.loc[list(FUNCTION_CASES[:2]), "full"].sum()
+    assert agree / scores["requests"] == pytest.approx(scores["function_index_accuracy"], abs=1e-3)

@@ -228,11 +228,7 @@ def dev_scores(adapter_dir: Path, profile: str = "cpu") -> "pd.DataFrame":
     predictions = list(read_jsonl(adapter_dir.parent / "dev_predictions.jsonl"))
     requests = load_requests("dev")
     by_id = {r.id: r for r in requests}
-    teacher, _ = select_calls(requests, "dev", SidecarConfig(profile=profile, calls="teacher"))
-    references = {
-        "target's own call (teacher trace)": {k.request_id: k.call for k in teacher.kept if k.origin == "teacher"},
-        "gold call": {k.request_id: k.call for k in calls_from_gold(requests).kept},
-    }
+    references = dev_references(requests, profile)
     columns = ("requests", "function_index_accuracy", "argument_value_exact_match", "whole_call_exact_match",
                "null_precision", "null_recall")
     rows = []
@@ -242,6 +238,64 @@ def dev_scores(adapter_dir: Path, profile: str = "cpu") -> "pd.DataFrame":
     return pd.DataFrame(rows).set_index("reference")
 
 
+def dev_references(requests: list[Request], profile: str = "cpu") -> dict[str, dict[str, Any]]:
+    """The two calls a dev wave is scored against, by request id: the target's own (its teacher
+    trace) and gold."""
+    teacher, _ = select_calls(requests, "dev", SidecarConfig(profile=profile, calls="teacher"))
+    return {
+        "target's own call (teacher trace)": {k.request_id: k.call for k in teacher.kept if k.origin == "teacher"},
+        "gold call": {k.request_id: k.call for k in calls_from_gold(requests).kept},
+    }
+
+
+FUNCTION_CASES = ("sidecar = target = gold", "sidecar = target != gold", "sidecar != target = gold (sidecar's miss)",
+                  "sidecar = gold != target (target departs from gold)", "all three differ")
+
+
+def function_cases(predicted: dict[str, str | None], target: dict[str, str], gold: dict[str, str]) -> dict[str, int]:
+    """Requests with a sidecar call (its name, or None) and a target call, by which of the sidecar's, the target's and gold's function
+    names agree. A sidecar is scored against the target (what greedy verification accepts), so a
+    miss where the sidecar wrote gold's function and the target did not is the target's departure
+    from gold, which no amount of gold-like training data teaches."""
+    counts = dict.fromkeys(FUNCTION_CASES, 0)
+    for request_id, t in target.items():
+        if request_id not in predicted:  # a request the sidecar was not run on
+            continue
+        p, g = predicted[request_id], gold.get(request_id)
+        if p == t:
+            case = FUNCTION_CASES[0] if t == g else FUNCTION_CASES[1]
+        elif t == g:
+            case = FUNCTION_CASES[2]
+        elif p == g:
+            case = FUNCTION_CASES[3]
+        else:
+            case = FUNCTION_CASES[4]
+        counts[case] += 1
+    return counts
+
+
+def function_cases_table(adapter_dirs: dict[str, Path], profile: str = "cpu") -> "pd.DataFrame":
+    """`function_cases` of each adapter's stored dev waves, one column per adapter."""
+    import pandas as pd
+
+    from ooospec.stage import read_jsonl
+
+    requests = load_requests("dev")
+    target, gold = (({i: c.name for i, c in calls.items()}) for calls in dev_references(requests, profile).values())
+    columns = {}
+    for label, adapter_dir in adapter_dirs.items():
+        predicted = {r["request_id"]: (r["call"] or {}).get("name") for r in read_jsonl(adapter_dir.parent / "dev_predictions.jsonl")}
+        columns[label] = function_cases(predicted, target, gold)
+    return pd.DataFrame(columns)
+
+
+def frozen_passes(profile: str = "cpu") -> dict[str, AdapterRun]:
+    """The frozen adapters of presets ``teacher`` (one pass), ``pass2`` and ``scale``, by label."""
+    found = {label: find_finished(sidecar_config(preset, profile)) for label, preset in
+             (("one pass", "teacher"), ("two passes", "pass2"), ("every trace, one pass", "scale"))}
+    return {label: run for label, run in found.items() if run is not None}
+
+
 def passes_table(profile: str = "cpu") -> "pd.DataFrame | None":
     """Dev scores of the one-pass adapter (preset ``teacher``), of the second pass started from it
     (preset ``pass2``) and of one pass over every committed trace (preset ``scale``), whichever are
@@ -249,9 +303,7 @@ def passes_table(profile: str = "cpu") -> "pd.DataFrame | None":
     requests; None while fewer than two are frozen."""
     import pandas as pd
 
-    found = {label: find_finished(sidecar_config(preset, profile)) for label, preset in
-             (("one pass", "teacher"), ("two passes", "pass2"), ("every trace, one pass", "scale"))}
-    runs = {label: run for label, run in found.items() if run is not None}
+    runs = frozen_passes(profile)
     if len(runs) < 2:
         return None
     tables = []
