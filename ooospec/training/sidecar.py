@@ -238,13 +238,16 @@ def dev_scores(adapter_dir: Path, profile: str = "cpu") -> "pd.DataFrame":
     return pd.DataFrame(rows).set_index("reference")
 
 
+TARGET_REFERENCE, GOLD_REFERENCE = "target's own call (teacher trace)", "gold call"
+
+
 def dev_references(requests: list[Request], profile: str = "cpu") -> dict[str, dict[str, Any]]:
     """The two calls a dev wave is scored against, by request id: the target's own (its teacher
     trace) and gold."""
     teacher, _ = select_calls(requests, "dev", SidecarConfig(profile=profile, calls="teacher"))
     return {
-        "target's own call (teacher trace)": {k.request_id: k.call for k in teacher.kept if k.origin == "teacher"},
-        "gold call": {k.request_id: k.call for k in calls_from_gold(requests).kept},
+        TARGET_REFERENCE: {k.request_id: k.call for k in teacher.kept if k.origin == "teacher"},
+        GOLD_REFERENCE: {k.request_id: k.call for k in calls_from_gold(requests).kept},
     }
 
 
@@ -253,8 +256,8 @@ FUNCTION_CASES = ("sidecar = target = gold", "sidecar = target != gold", "sideca
 
 
 def function_cases(predicted: dict[str, str | None], target: dict[str, str], gold: dict[str, str]) -> dict[str, int]:
-    """Requests with a sidecar call (its name, or None) and a target call, by which of the sidecar's, the target's and gold's function
-    names agree. A sidecar is scored against the target (what greedy verification accepts), so a
+    """Requests with a sidecar call (its name, or None) and a target call, by which of the sidecar's,
+    the target's and gold's function names agree. A sidecar is scored against the target (what greedy verification accepts), so a
     miss where the sidecar wrote gold's function and the target did not is the target's departure
     from gold, which no amount of gold-like training data teaches."""
     counts = dict.fromkeys(FUNCTION_CASES, 0)
@@ -280,12 +283,12 @@ def function_cases_table(adapter_dirs: dict[str, Path], profile: str = "cpu") ->
 
     from ooospec.stage import read_jsonl
 
-    requests = load_requests("dev")
-    target, gold = (({i: c.name for i, c in calls.items()}) for calls in dev_references(requests, profile).values())
+    references = dev_references(load_requests("dev"), profile)
+    target, gold = ({i: c.name for i, c in references[ref].items()} for ref in (TARGET_REFERENCE, GOLD_REFERENCE))
     columns = {}
     for label, adapter_dir in adapter_dirs.items():
-        predicted = {r["request_id"]: (r["call"] or {}).get("name") for r in read_jsonl(adapter_dir.parent / "dev_predictions.jsonl")}
-        columns[label] = function_cases(predicted, target, gold)
+        waves = read_jsonl(adapter_dir.parent / "dev_predictions.jsonl")
+        columns[label] = function_cases({w["request_id"]: (w["call"] or {}).get("name") for w in waves}, target, gold)
     return pd.DataFrame(columns)
 
 
