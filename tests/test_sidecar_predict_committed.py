@@ -87,7 +87,7 @@ def test_committed_tool_adapter_reproduces_a_dev_output():
 
 
 def test_function_cases_split_misses_by_whose_departure():
-    from ooospec.training.sidecar import FUNCTION_CASES, function_cases
+    from ooospec.training.sidecar_dev import FUNCTION_CASES, function_cases
 
     predicted = {"a": "f", "b": "f", "c": "g", "d": "g", "e": None, "x": "f"}
     target = {"a": "f", "b": "f", "c": "f", "d": "f", "e": "h", "z": "f"}  # z: no sidecar call, skipped
@@ -97,11 +97,48 @@ def test_function_cases_split_misses_by_whose_departure():
     assert list(counts.values()) == [1, 1, 1, 1, 1]  # a, b, c (sidecar's miss), d (target departs), e
 
 
-def test_committed_function_cases_add_up_to_the_dev_scores(sidecar_dir):
-    from ooospec.training.sidecar import FUNCTION_CASES, dev_scores, function_cases_table
+@pytest.mark.parametrize("served", [False, True], ids=["as trained", "as served"])
+def test_committed_function_cases_add_up_to_the_dev_scores(sidecar_dir, served):
+    from ooospec.training.sidecar_dev import FUNCTION_CASES, dev_scores, function_cases_table
 
-    table = function_cases_table({"full": sidecar_dir / "adapter"})
-    scores = dev_scores(sidecar_dir / "adapter").loc["target's own call (teacher trace)"]
+    table = function_cases_table({"full": sidecar_dir / "adapter"}, served=served)
+    scores = dev_scores(sidecar_dir / "adapter", served=served).loc["target's own call (teacher trace)"]
     assert table["full"].sum() == scores["requests"]
     agree = table.loc[list(FUNCTION_CASES[:2]), "full"].sum()
     assert agree / scores["requests"] == pytest.approx(scores["function_index_accuracy"], abs=1e-3)
+
+
+def test_value_cases_split_slots_by_whose_departure():
+    from ooospec.data.request import Call
+    from ooospec.training.sidecar_dev import VALUE_CASES, value_cases
+
+    target = {"a": Call("f", {"x": 1, "y": "CDG", "z": "NYC"}), "b": Call("f", {"x": 2}), "c": Call("g", {"x": 3}),
+              "d": Call("f", {"x": 4})}
+    predicted = {"a": Call("f", {"x": 1, "z": "New York", "w": 5}),  # w: a slot only the sidecar fills
+                 "b": Call("f", {"x": 9}),
+                 "c": Call("h", {"x": 3}),  # another function: its slots are not compared
+                 "d": Call("f", {"x": 7})}
+    gold = {"a": Call("f", {"x": 1, "z": "New York"}), "b": Call("f", {"x": 2}), "d": Call("k", {"x": 7})}
+    counts = value_cases(predicted, target, gold)
+    assert list(counts) == list(VALUE_CASES)
+    # a: x agrees; y (the target's placeholder, gold empty, sidecar empty = gold); z (sidecar = gold);
+    # w (sidecar fills, target and gold empty: the sidecar's miss). b: x is the sidecar's miss.
+    # d: gold names another function, so the target departs and the sidecar differs from both.
+    assert counts == {VALUE_CASES[0]: 1, VALUE_CASES[1]: 2, VALUE_CASES[2]: 2, VALUE_CASES[3]: 1}
+
+
+@pytest.mark.slow
+def test_committed_sidecar_reproduces_its_served_dev_waves(sidecar_dir):
+    """The waves the book scores as served: the cpu profile's arithmetic, required slots filled."""
+    from ooospec.data import load_split
+    from ooospec.sidecar.predictor import SlotPredictor
+    from ooospec.training.sidecar_dev import SERVED_WAVES_FILE
+
+    lines = (sidecar_dir / SERVED_WAVES_FILE.format(profile="cpu")).read_text().splitlines()
+    stored = [json.loads(line) for line in lines[:2]]
+    dev = {r.id: r for r in load_split("dev")}
+    predictor = SlotPredictor.from_frozen(sidecar_dir / "adapter", profile="cpu", required_values=True)
+    for record in stored:
+        wave = predictor.predict_wave(dev[record["request_id"]])
+        assert [row.text for row in wave.rows] == [row["text"] for row in record["rows"]]
+        assert wave.payload == record["payload"]
