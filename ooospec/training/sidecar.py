@@ -438,7 +438,10 @@ PRESETS = {
     # dev requests against the target's own calls, its whole-call match is higher than the two-pass
     # adapter's (ties: argument values decide); otherwise it stays beside it in the passes table.
     # Outcome (2026-12-01): a tie on both, 0.43 whole call and 0.55 values (function index 0.85 vs
-    # 0.83), so `full` stays the two-pass adapter and this one is committed beside it
+    # 0.83), so `full` stays the two-pass adapter and this one is committed beside it. That rule
+    # read the waves as trained (fp32, raw); as served (bf16, required slots filled; see
+    # `ooospec.training.sidecar_dev`) it is behind, 0.45 and 0.62 against 0.52 and 0.67. A rule
+    # for a future adapter should read the waves as served: they are the hint the target receives
     "scale": SCALE_RECIPE,
     # the earlier committed adapter: the gold calls of 200 requests, fp32 (37 min of training)
     "gold200": SidecarConfig(calls="gold"),
