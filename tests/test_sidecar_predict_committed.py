@@ -50,14 +50,19 @@ def test_committed_rows_rederive_from_current_data(sidecar_dir):
 
 
 @pytest.mark.slow
-def test_committed_sidecar_reproduces_its_dev_waves(sidecar_dir):
+@pytest.mark.parametrize("waves_file, profile, required_values", [
+    # the adapter was trained and its dev waves written in fp32: reproduce them in that arithmetic
+    ("dev_predictions.jsonl", "cpu-fp32", False),
+    # the waves the book scores as served: the cpu profile's arithmetic, required slots filled
+    ("dev_predictions_served-cpu.jsonl", "cpu", True),
+], ids=["as trained", "as served"])
+def test_committed_sidecar_reproduces_its_dev_waves(sidecar_dir, waves_file, profile, required_values):
     from ooospec.data import load_split
     from ooospec.sidecar.predictor import SlotPredictor
 
-    stored = [json.loads(line) for line in (sidecar_dir / "dev_predictions.jsonl").read_text().splitlines()[:2]]
+    stored = [json.loads(line) for line in (sidecar_dir / waves_file).read_text().splitlines()[:2]]
     dev = {r.id: r for r in load_split("dev")}
-    # the adapter was trained and its dev waves written in fp32: reproduce them in that arithmetic
-    predictor = SlotPredictor.from_frozen(sidecar_dir / "adapter", profile="cpu-fp32")
+    predictor = SlotPredictor.from_frozen(sidecar_dir / "adapter", profile=profile, required_values=required_values)
     for record in stored:
         wave = predictor.predict_wave(dev[record["request_id"]])
         assert [row.text for row in wave.rows] == [row["text"] for row in record["rows"]]
@@ -99,10 +104,10 @@ def test_function_cases_split_misses_by_whose_departure():
 
 @pytest.mark.parametrize("served", [False, True], ids=["as trained", "as served"])
 def test_committed_function_cases_add_up_to_the_dev_scores(sidecar_dir, served):
-    from ooospec.training.sidecar_dev import FUNCTION_CASES, dev_scores, function_cases_table
+    from ooospec.training.sidecar_dev import FUNCTION_CASES, TARGET_REFERENCE, dev_scores, function_cases_table
 
     table = function_cases_table({"full": sidecar_dir / "adapter"}, served=served)
-    scores = dev_scores(sidecar_dir / "adapter", served=served).loc["target's own call (teacher trace)"]
+    scores = dev_scores(sidecar_dir / "adapter", served=served).loc[TARGET_REFERENCE]
     assert table["full"].sum() == scores["requests"]
     agree = table.loc[list(FUNCTION_CASES[:2]), "full"].sum()
     assert agree / scores["requests"] == pytest.approx(scores["function_index_accuracy"], abs=1e-3)
@@ -126,19 +131,3 @@ def test_value_cases_split_slots_by_whose_departure():
     # d: gold names another function, so the target departs and the sidecar differs from both.
     assert counts == {VALUE_CASES[0]: 1, VALUE_CASES[1]: 2, VALUE_CASES[2]: 2, VALUE_CASES[3]: 1}
 
-
-@pytest.mark.slow
-def test_committed_sidecar_reproduces_its_served_dev_waves(sidecar_dir):
-    """The waves the book scores as served: the cpu profile's arithmetic, required slots filled."""
-    from ooospec.data import load_split
-    from ooospec.sidecar.predictor import SlotPredictor
-    from ooospec.training.sidecar_dev import SERVED_WAVES_FILE
-
-    lines = (sidecar_dir / SERVED_WAVES_FILE.format(profile="cpu")).read_text().splitlines()
-    stored = [json.loads(line) for line in lines[:2]]
-    dev = {r.id: r for r in load_split("dev")}
-    predictor = SlotPredictor.from_frozen(sidecar_dir / "adapter", profile="cpu", required_values=True)
-    for record in stored:
-        wave = predictor.predict_wave(dev[record["request_id"]])
-        assert [row.text for row in wave.rows] == [row["text"] for row in record["rows"]]
-        assert wave.payload == record["payload"]

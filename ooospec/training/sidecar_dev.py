@@ -71,7 +71,7 @@ def served_dev_waves(adapter_dir: Path, profile: str = "cpu") -> list[dict[str, 
 
 
 def dev_waves(adapter_dir: Path, profile: str = "cpu", served: bool = False) -> list[dict[str, Any]]:
-    """`served_dev_waves` or `trained_dev_waves`."""
+    """`served_dev_waves`, or `stored_dev_waves` (as trained)."""
     return served_dev_waves(adapter_dir, profile) if served else stored_dev_waves(adapter_dir)
 
 
