@@ -344,12 +344,80 @@ def test_speedup_intervals_and_the_generated_verdict():
     assert decode.speedup == pytest.approx(1.25) and decode.verdict == "faster"
     text = verdict(intervals, h2h)
     assert "OoO-Spec is faster than ToolSpec, 1.25x [1.25, 1.25], n = 12" in text and "1 of 1" in text
-    assert "ceiling" not in text
-    # with the ceiling decoded beside it, the verdict names it (and still counts OoO-Spec's cells only)
+    assert "n = 12 of 12 with the same output" in text and "oracle" not in text
+    # with the oracle hint decoded beside it, the verdict names it (and still counts OoO-Spec's cells only)
     records += [fake("ooospec:oracle", f"r{i}", (10.0 + i) / 4, (10.0 + i) / 4 + 5) for i in range(12)]
     h2h = speedup_intervals(records, reference="toolspec", methods=["ooospec", "ooospec:oracle"])
     text = verdict(speedup_intervals(records), h2h)
-    assert "The ceiling" in text and "t / apibank: 2.00x [2.00, 2.00], n = 12 (faster)" in text and "1 of 1" in text
+    assert "The oracle first-call hint" in text and "not an upper bound" in text and "no sidecar" not in text
+    assert "t / apibank: 2.00x [2.00, 2.00], n = 12 of 12 with the same output (faster)" in text and "1 of 1" in text
+
+
+def test_speedups_are_over_the_same_work_and_a_near_tie_flip_is_left_out():
+    """A request whose output differs from the reference's (a near-tie flip that wrote a much longer
+    output) did other work: it leaves the primary ratio and its n, and stays in the all-requests ones."""
+    from ooospec.bench.summary import interval_pivot, speedup_intervals, verdict
+
+    def out(n: int, flip: bool = False) -> list[int]:
+        return [7] * n if not flip else [7, 8] + [9] * (n - 2)
+
+    ar_s = [10.0, 12.0, 14.0, 16.0, 18.0, 20.0]
+    ts_s = [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+    ooo_s = [4.0, 5.0, 5.0, 6.0, 7.0, 30.0]  # the last request flips and writes 40 tokens instead of 10
+    records = []
+    for i, (a, t, o) in enumerate(zip(ar_s, ts_s, ooo_s)):
+        flip = i == 5
+        records += [fake("ar", f"r{i}", a, a + 1, tokens=10) | {"output_ids": out(10)},
+                    fake("toolspec", f"r{i}", t, t + 1, tokens=10) | {"output_ids": out(10)},
+                    fake("ooospec", f"r{i}", o, o + 1, tokens=40 if flip else 10, identical=not flip)
+                    | {"output_ids": out(40 if flip else 10, flip)}]
+    intervals = speedup_intervals(records, phases=("decode",))
+    row = intervals[intervals.method == "ooospec"].iloc[0]
+    assert row.n == 5 and row.n_all == 6
+    assert row.speedup == pytest.approx(sum(ar_s[:5]) / sum(ooo_s[:5]))
+    assert row.mean_of_ratios == pytest.approx(sum(a / o for a, o in zip(ar_s[:5], ooo_s[:5])) / 5)
+    assert row.speedup_all == pytest.approx(sum(ar_s) / sum(ooo_s))
+    assert row.speedup_per_token == pytest.approx((sum(ar_s) / 60) / (sum(ooo_s) / 90))
+    assert row.ci_low <= row.speedup <= row.ci_high and row.verdict == "faster"
+    assert intervals[intervals.method == "toolspec"].iloc[0].n == 6  # same output on every request
+    assert interval_pivot(intervals, "decode").index.get_level_values("n").tolist() == [6]
+    # against ToolSpec the same request is left out the same way
+    h2h = speedup_intervals(records, reference="toolspec", methods=["ooospec"], phases=("decode",))
+    assert h2h.iloc[0].n == 5 and h2h.iloc[0].speedup == pytest.approx(sum(ts_s[:5]) / sum(ooo_s[:5]))
+    text = verdict(intervals, h2h, machine="fp32 on a 2-core AVX2 CPU (AMD EPYC)")
+    assert text.splitlines()[0] == "Measured in fp32 on a 2-core AVX2 CPU (AMD EPYC)."
+    assert f"{h2h.iloc[0].speedup:.2f}x" in text and "n = 5 of 6 with the same output" in text
+    assert "Measured in" not in verdict(intervals, h2h)
+
+
+def test_without_any_request_of_the_same_work_there_is_no_speedup_and_no_verdict():
+    from ooospec.bench.intervals import TOO_FEW
+    from ooospec.bench.summary import speedup_intervals, verdict
+
+    records = []
+    for i in range(6):
+        records += [fake("ar", f"r{i}", 10.0, 11.0) | {"output_ids": [1, 2]},
+                    fake("toolspec", f"r{i}", 5.0, 6.0) | {"output_ids": [1, 2]},
+                    fake("ooospec", f"r{i}", 4.0, 5.0, identical=False) | {"output_ids": [1, 3]}]
+    intervals = speedup_intervals(records, phases=("decode",))
+    row = intervals[intervals.method == "ooospec"].iloc[0]
+    assert row.n == 0 and row.n_all == 6 and math.isnan(row.speedup) and math.isnan(row.ci_low)
+    assert row.verdict == TOO_FEW and row.speedup_all == pytest.approx(2.5)
+    h2h = speedup_intervals(records, reference="toolspec", methods=["ooospec"], phases=("decode",))
+    assert "no request of 6 with the same output" in verdict(intervals, h2h)
+
+
+def test_stored_records_without_outputs_are_judged_by_their_flag_against_ar_only():
+    from ooospec.bench.summary import speedup_intervals
+
+    records = []
+    for i in range(6):  # no output_ids: AR judges by identical_to_ar, ToolSpec cannot judge at all
+        records += [fake("ar", f"r{i}", 10.0, 11.0), fake("toolspec", f"r{i}", 5.0, 6.0),
+                    fake("ooospec", f"r{i}", 4.0, 5.0, identical=i != 0)]
+    over_ar = speedup_intervals(records, phases=("decode",)).set_index("method")
+    assert over_ar.loc["ooospec", "n"] == 5 and over_ar.loc["toolspec", "n"] == 6
+    h2h = speedup_intervals(records, reference="toolspec", methods=["ooospec"], phases=("decode",))
+    assert h2h.iloc[0].n == 6
 
 
 def test_the_equal_hardware_control_decodes_on_both_cores(artifacts):

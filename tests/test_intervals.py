@@ -46,8 +46,8 @@ def test_bad_input_is_refused_with_the_reason():
 
 
 def test_the_ceiling_says_whether_an_aim_is_within_reach():
-    """The oracle hint's interval decides: below the aim -> out of reach for any sidecar; its point
-    at or above the aim -> within reach; otherwise not shown."""
+    """The oracle first-call hint's interval decides: below the aim -> out of reach for a first-call
+    sidecar; its point at or above the aim -> within reach; otherwise not shown."""
     import pandas as pd
 
     from ooospec.bench.summary import ceiling_table
@@ -59,7 +59,7 @@ def test_the_ceiling_says_whether_an_aim_is_within_reach():
     h2h = pd.DataFrame([row("a", "ooospec", 1.05, 0.98, 1.12), row("a", "ooospec:oracle", 1.15, 1.08, 1.25),
                         row("b", "ooospec", 1.3, 1.2, 1.4), row("b", "ooospec:oracle", 1.6, 1.4, 1.8),
                         row("c", "ooospec", 1.1, 1.0, 1.2), row("c", "ooospec:oracle", 1.2, 1.0, 1.4),
-                        row("d", "ooospec", 1.1, 1.0, 1.2)])  # d: no ceiling decoded, no row
+                        row("d", "ooospec", 1.1, 1.0, 1.2)])  # d: no oracle hint decoded, no row
     agreement = pd.DataFrame([{"target": "t", "benchmark": "a", "target wrote a call": 0.4}]).set_index(
         ["target", "benchmark"])
     table = ceiling_table(h2h, agreement)
@@ -67,4 +67,4 @@ def test_the_ceiling_says_whether_an_aim_is_within_reach():
     reach = table["aim 1.35x"].str.split(":").str[0].tolist()
     assert reach == ["out of reach", "within reach", "not shown"]
     assert table.loc[("t", "a"), "target wrote a call"] == 0.4
-    assert table.loc[("t", "b"), "share of the ceiling's gain"] == pytest.approx(0.5)
+    assert table.loc[("t", "b"), "share of the oracle hint's gain"] == pytest.approx(0.5)

@@ -51,7 +51,7 @@ def slim(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def before_after(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> pd.DataFrame:
     """Per target x benchmark x method on the same requests: the decode speedup over AR in the eager
     run and in the compiled run (each over its own AR: the ratio a reader of the results chapter
-    sees, over all requests), the compiled method against the same method eager (decode seconds,
+    sees, over the requests where the method wrote its AR's output), the compiled method against the same method eager (decode seconds,
     paired 95% interval; two runs made at different times on the same idle machine) over the ``n``
     requests whose AR outputs are identical in both runs, and MAT in both runs (all requests)."""
     from ooospec.bench.intervals import paired_speedup
