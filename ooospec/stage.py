@@ -19,6 +19,12 @@ from typing import Any, Iterable, Iterator
 from ooospec.paths import artifacts_dir
 
 
+class FrozenAssetMissing(RuntimeError):
+    """A stage would have to re-derive a committed (frozen) asset: teacher traces, a sidecar or tool
+    adapter. It stops instead of silently spending hours; the message names what is missing or
+    differs and how to re-derive it on purpose."""
+
+
 def canonical_json(obj: Any) -> str:
     """Compact JSON with sorted keys: the form that is hashed."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)

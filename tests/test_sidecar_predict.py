@@ -204,3 +204,59 @@ def test_init_from_starts_at_a_committed_adapter_pinned_by_its_hash(tmp_path, mo
     (committed / "adapter_model.safetensors").write_bytes(b"changed")
     with pytest.raises(ValueError, match="changed since freezing"):
         start_adapter(f"first@{sha[:12]}")
+
+
+def _blocked(ban, ids: list[int]) -> bool:
+    """Whether `NullBan` stops this token sequence somewhere while the answer is blank."""
+    blank = True
+    for token in ids:
+        if blank and bool(ban.starts_null[token]):
+            return True
+        blank = blank and bool(ban.blank[token])
+    return False
+
+
+def test_null_ban_blocks_every_spelling_of_null_and_nothing_else():
+    """The tiny tokenizer spells null several ways (" " + "nu" + "l" + "l", "nu" + "l" + "l",
+    "n" + "u" + ...): the ban stops each of them, whichever token comes first, and lets every
+    non-null JSON answer through."""
+    from ooospec.models.tiny import tiny_tokenizer
+    from ooospec.sidecar.predictor import NullBan
+
+    tokenizer = tiny_tokenizer()
+    ban = NullBan(tokenizer, len(tokenizer))
+    by_char = lambda text: [i for ch in text for i in tokenizer(ch, add_special_tokens=False).input_ids]  # noqa: E731
+    spellings = {tuple(tokenizer(text, add_special_tokens=False).input_ids) for text in (" null", "null", "\nnull")}
+    spellings |= {tuple(by_char(" null")), tuple(by_char("null"))}
+    assert len(spellings) >= 3 and all(tokenizer.decode(list(s)).strip() == "null" for s in spellings)
+    assert all(_blocked(ban, list(s)) for s in spellings)
+    for answer in (' "nyc"', " 12", ' "n"', " true", " false", ' {"n":1}', " []"):
+        assert not _blocked(ban, tokenizer(answer, add_special_tokens=False).input_ids), answer
+    # exhaustively over two-token openings: whatever passes the ban never starts with n
+    vocab = range(len(tokenizer))
+    for first in vocab:
+        if _blocked(ban, [first]):
+            continue
+        for second in vocab:
+            if not _blocked(ban, [first, second]):
+                assert not tokenizer.decode([first, second]).lstrip().startswith("n"), (first, second)
+
+
+def test_a_frozen_adapter_is_never_retrained_as_a_side_effect(tmp_path, monkeypatch):
+    """The committed preset adapters are frozen assets: a changed config under a committed name, or
+    a missing committed adapter, stops with one line naming it; training it is a choice."""
+    from dataclasses import replace
+
+    from ooospec.stage import FrozenAssetMissing
+    from ooospec.training.sidecar import sidecar_config
+    from ooospec.training.tool_lora import PRESETS as TOOL_PRESETS, train_tool_lora
+
+    changed = replace(sidecar_config("full"), max_prefix_tokens=641)  # same committed name, another key
+    with pytest.raises(FrozenAssetMissing, match=r"sidecar-cpu-kall-pass2/adapter is frozen with config key \w+, "
+                                                 rf"this config's key is {changed.key()}.*retrain True"):
+        train_sidecar(changed)
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))  # a clone without the committed adapters
+    with pytest.raises(FrozenAssetMissing, match="preset 'full' is a frozen asset .* is missing"):
+        train_sidecar(sidecar_config("full"))
+    with pytest.raises(FrozenAssetMissing, match="tool lora: the full preset's adapter is a frozen asset"):
+        train_tool_lora(TOOL_PRESETS["full"])

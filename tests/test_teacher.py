@@ -152,3 +152,32 @@ def test_shards_split_the_work_and_complete_one_stage(tiny_teacher, tmp_path, mo
     second = run_teacher(requests, shard=(1, 2), **run)
     assert second.generated == 2 and second.stage.done
     assert len(second.records) == 5 and {r["id"] for r in second.records} == {r.id for r in requests}
+
+
+def test_frozen_traces_serve_any_arithmetic_and_are_re_derived_only_on_purpose(tmp_path, monkeypatch, tiny_teacher):
+    """Committed traces made in bf16 are read by an fp32 run (their arithmetic carried along); a
+    request no committed trace holds stops the profile's teacher with one line instead of hours of
+    tracing; `rederive` ignores the committed set and traces here, into a stage of its own."""
+    from ooospec.stage import FrozenAssetMissing
+    from ooospec.training.teacher import committed_dir, committed_records, model_teacher_settings
+
+    requests = _requests()
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    first = _run(tiny_teacher, requests, limit=3, batch_size=1)
+    config = json.loads(first.stage.path("config.json").read_text())
+    config["generation"]["dtype"] = "bfloat16"  # as if traced on a CPU with bf16 kernels
+    commit_traces(first.records, "bf16-set", config, {"note": "test"})
+    assert json.loads((committed_dir() / "bf16-set" / "provenance.json").read_text())["machine"]["cpu"]
+    fp32 = model_teacher_settings(tiny_teacher, "tiny-seed1", 6, 1)
+    assert fp32["dtype"] == "float32" and len(committed_records(fp32)) == 3
+    assert {r["arithmetic"] for r in committed_records(fp32).values()} == {"bfloat16"}
+    run = _run(tiny_teacher, requests, limit=None, batch_size=1)
+    assert run.reused == 3 and run.generated == 2
+    again = _run(tiny_teacher, requests, limit=None, batch_size=1, rederive=True)
+    assert again.stage.dir != run.stage.dir  # earlier local runs in this arithmetic count, the committed set not
+    assert not any(r["origin"].startswith("committed") for r in again.records) and len(again.records) == 5
+    # the profile's own teacher is never loaded for a request without a committed trace
+    other = [Request(id="unseen", benchmark="test", split="train", source="s", tools=TOOLS, gold=None,
+                     messages=[{"role": "user", "content": "a request nobody traced"}])]
+    with pytest.raises(FrozenAssetMissing, match="1 of 1 requests have no committed trace.*unseen.*make retrace"):
+        run_teacher(other, split="train", profile="cpu", limit=None)

@@ -23,22 +23,11 @@ from ooospec.decoding.base import DraftSource
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
+from ooospec.models.arithmetic import NEAR_TIE_GAPS, near_tie_gap  # noqa: F401 (the bench reads them here)
 from ooospec.progress import progress_bar
 from ooospec.sequences import first_difference
 
-NEAR_TIE_GAP = 1e-3  # logit gap under which fp32 summation order can flip a greedy choice
-NEAR_TIE_GAPS = {"float32": NEAR_TIE_GAP, "bfloat16": 0.5, "float16": 0.05}  # bf16: 2 ulps of a logit in [32, 64)
-
-
-def near_tie_gap(dtype: Any) -> float:
-    """The AR top-2 logit gap under which a flipped greedy choice counts as a numerical near-tie.
-
-    fp32 resolves a logit to ~1e-6 relative, so a different summation order (a 17-row forward
-    against a one-row step) flips only gaps of ~1e-3; bf16 keeps 7 explicit mantissa bits, so a
-    logit in [16, 32) is resolved to 0.125 and one in [32, 64) to 0.25 (an ulp), so exact ties are
-    common: a tree forward and a one-row step round differently and can flip a choice whose top-2
-    gap is within 2 ulps of these models' top logits (the audit saw gaps of 0 to 0.25 only)."""
-    return NEAR_TIE_GAPS[str(dtype).removeprefix("torch.")]
+NEAR_TIE_GAP = NEAR_TIE_GAPS["float32"]  # logit gap under which fp32 summation order can flip a greedy choice
 
 
 @dataclass

@@ -124,6 +124,19 @@ ARITHMETIC_OPTIONS = (  # (profile, attention): fp32, bf16 (the cpu default), bf
 )
 
 
+def machine_options(options: tuple[tuple[str, str], ...], runs_in: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The options that differ on this machine: a profile whose wish the machine cannot run (bf16
+    without bf16 kernels falls back to fp32) would repeat another option's measurement, so each
+    (arithmetic that runs, attention) pair is measured once, under the first profile that gives it.
+    ``runs_in``: profile -> the dtype it runs in here."""
+    seen, kept = set(), []
+    for profile, attention in options:
+        if (runs_in[profile], attention) not in seen:
+            seen.add((runs_in[profile], attention))
+            kept.append((profile, attention))
+    return tuple(kept)
+
+
 def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str, str], ...] = ARITHMETIC_OPTIONS,
                      threads: tuple[int, ...] = (1, 2), benchmark: str = "apibank", repeats: int = 5,
                      rows: tuple[int, ...] = (1, 2, 4, 8, 16, 17, 32, 33, 48, 64, 65)) -> list[dict[str, Any]]:
@@ -132,7 +145,9 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
     The options differ only in numerics or kernels; whether one may be used is decided by the
     lossless audit (every method identical to AR in the same arithmetic), not here."""
     from ooospec.bench.verify_cost import measure_arithmetic
+    from ooospec.models.arithmetic import profile_arithmetic
 
+    options = machine_options(options, {p: profile_arithmetic(p).dtype for p, _ in options})
     config = {"code": code_fingerprint(*STUDY_CODE), "targets": list(target_names), "options": [list(o) for o in options],
               "threads": list(threads), "benchmark": _split_name(benchmark), "repeats": repeats, "rows": list(rows)}
     stage = Stage("arithmetic_study", config)

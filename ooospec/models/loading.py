@@ -292,19 +292,19 @@ def bf16_supported_on_cpu() -> bool:
         return False
 
 
-def runtime_placement(spec: ModelSpec) -> tuple[str, str]:
+def runtime_placement(spec: ModelSpec, quiet: bool = False) -> tuple[str, str]:
     """(dtype, device) the model runs in: the profile's, or the plain fp32-on-CPU path with one
-    line saying why when this machine or torch build cannot run the profile's choice."""
+    line saying why (unless ``quiet``) when this machine or torch build cannot run the profile's choice."""
     dtype, device = spec.dtype, spec.device
+    say = (lambda message: None) if quiet else (lambda message: print(message, file=sys.stderr))
     if device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"model {spec.name!r}: device {device!r} requested but torch sees no CUDA device; running on cpu",
-              file=sys.stderr)
+        say(f"model {spec.name!r}: device {device!r} requested but torch sees no CUDA device; running on cpu")
         device = "cpu"
     if device == "cpu" and dtype == "bfloat16" and not bf16_supported_on_cpu():
-        print(f"model {spec.name!r}: this CPU has no native bf16 kernels; running in float32", file=sys.stderr)
+        say(f"model {spec.name!r}: this CPU has no native bf16 kernels; running in float32")
         dtype = "float32"
     if device == "cpu" and dtype == "float16":
-        print(f"model {spec.name!r}: float16 has no fast CPU kernels; running in float32", file=sys.stderr)
+        say(f"model {spec.name!r}: float16 has no fast CPU kernels; running in float32")
         dtype = "float32"
     return dtype, device
 

@@ -85,6 +85,33 @@ class _Generation:
     forwards: int
 
 
+class NullBan:
+    """Which tokens would make a row's JSON answer null, however the tokenizer spells null.
+
+    Answers are compact JSON, where ``null`` is the only value that starts with ``n``. So while a
+    row's answer is still blank (whitespace only, e.g. the answer's leading space), every token
+    whose text, stripped on the left, starts with ``n`` is banned; once a non-blank character is
+    written the answer can no longer become null. Banning only null's usual first token is not
+    enough: ``" nu" + "ll"`` or ``" " + "null"`` reach the same value (seen on another CPU's
+    arithmetic with the tiny test tokenizer)."""
+
+    def __init__(self, tokenizer: Any, width: int):
+        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=False)
+        self.starts_null = torch.zeros(width, dtype=torch.bool)
+        self.blank = torch.zeros(width, dtype=torch.bool)
+        for i, text in enumerate(texts[:width]):
+            self.starts_null[i] = text.lstrip().startswith("n")
+            self.blank[i] = text.strip() == ""
+
+    def apply(self, logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``logits`` with null's openings banned on the flagged ``rows`` (a bool mask)."""
+        if not bool(rows.any()):
+            return logits
+        logits = logits.clone()
+        logits[rows.nonzero().squeeze(-1).unsqueeze(-1), self.starts_null.nonzero().squeeze(-1)] = float("-inf")
+        return logits
+
+
 class SlotPredictor:
     """Sidecar base (+ frozen adapter, merged) answering slot rows greedily."""
 
@@ -92,12 +119,12 @@ class SlotPredictor:
                  max_new_tokens: int = 32, eos_token_ids: list[int] | None = None, required_values: bool = False):
         self.model = model.eval()
         # With ``required_values`` a row asking for a parameter its function's schema marks
-        # required may not answer null (its first token may not be null's first token). A small
-        # sidecar trained on few calls learns that most rows are null (every candidate
-        # function's parameters are asked) and then answers null for the chosen function too;
-        # the schema already says those slots are filled whenever that function is called.
+        # required may not answer null (`NullBan`). A small sidecar trained on few calls learns
+        # that most rows are null (every candidate function's parameters are asked) and then
+        # answers null for the chosen function too; the schema already says those slots are
+        # filled whenever that function is called.
         self.required_values = required_values
-        self._null_first = encode(tokenizer, target_text("null"))[0]
+        self._null_ban: NullBan | None = None
         self.tokenizer = tokenizer
         self.prompt = prompt
         self.max_new_tokens = max_new_tokens
@@ -148,10 +175,12 @@ class SlotPredictor:
         finished = [False] * batch
         active = list(range(batch))
         logits = out.logits[:, -1]
-        if no_null is not None and any(no_null):
-            logits = logits.clone()
-            logits[torch.tensor(no_null, dtype=torch.bool), self._null_first] = float("-inf")
+        guard = torch.tensor(no_null, dtype=torch.bool) if no_null is not None and any(no_null) else None
+        if guard is not None and self._null_ban is None:
+            self._null_ban = NullBan(self.tokenizer, logits.shape[-1])
         for step in range(self.max_new_tokens):
+            if guard is not None:  # rows of ``active``, in order: flagged and still blank
+                logits = self._null_ban.apply(logits, guard)
             chosen = logits.argmax(-1).tolist()
             still: list[int] = []
             for row_pos, row in enumerate(active):
@@ -162,8 +191,12 @@ class SlotPredictor:
                     still.append(row_pos)
             if not still or step == self.max_new_tokens - 1:
                 break
+            if guard is not None:
+                guard = guard & self._null_ban.blank[torch.tensor(chosen)]
             if len(still) < len(active):
                 keep = torch.tensor(still)
+                if guard is not None:
+                    guard = guard[keep]
                 cache.batch_select_indices(keep)
                 mask, next_pos = mask[keep], next_pos[keep]
                 chosen = [chosen[i] for i in still]

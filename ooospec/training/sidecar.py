@@ -29,7 +29,7 @@ from ooospec.sidecar.metrics import score_to_dict, score_wave, summarize
 from ooospec.sidecar.predictor import SlotPredictor, encode
 from ooospec.sidecar.slots import (CallSelection, SlotPromptConfig, SlotRow, build_rows, calls_from_gold, calls_from_traces,
                            request_prefix, row_counts, write_rows)
-from ooospec.stage import Stage, append_jsonl, config_key
+from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, config_key
 from ooospec.models.adapters import freeze_adapter, read_frozen, update_frozen_record
 from ooospec.training.lora import (AdapterRun, Branch, LoraTrainConfig, TrainExample, attach_lora, mean_completion_nll, save_loss_curve, train_lora)
 from ooospec.progress import progress_bar
@@ -320,17 +320,39 @@ def evaluate_dev(predictor: SlotPredictor, requests: dict[str, Request], selecti
     return summarize(scores)
 
 
+def check_frozen(cfg: SidecarConfig) -> None:
+    """Stop (`FrozenAssetMissing`) where training would re-derive a frozen adapter: a committed
+    adapter of this name whose config differs (a changed recipe or prompt code), or a committed
+    preset's adapter that is not there. Training one is a choice (``retrain``), never a fallback."""
+    committed = committed_adapters_dir() / cfg.committed_name / "adapter"
+    how = "re-derive it on purpose with `-p retrain True` in notebooks/02_sidecar.ipynb (hours on 2 cores)"
+    if (committed / "FROZEN.json").exists():
+        found = read_frozen(committed).get("config_key")
+        raise FrozenAssetMissing(f"sidecar: {shown(committed)} is frozen with config key {found}, this config's "
+                                 f"key is {cfg.key()} (expected {found}); {how}")
+    frozen: dict[str, str] = {}
+    for preset in FROZEN_PRESETS:  # full and pass2 are one config: the first name says it
+        frozen.setdefault(sidecar_config(preset, profile=cfg.profile).key(), preset)
+    if cfg.key() in frozen:
+        raise FrozenAssetMissing(f"sidecar: preset {frozen[cfg.key()]!r} is a frozen asset and {shown(committed)} "
+                                 f"is missing (restore it with git); {how}")
+
+
 def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None = None,
-                  force: bool = False, progress: Callable[[str], None] = print) -> AdapterRun:
+                  force: bool = False, progress: Callable[[str], None] = print, retrain: bool = False) -> AdapterRun:
     """Build rows, train, evaluate on dev, freeze; or reuse a finished adapter of the same config.
 
-    ``requests`` ({"train": [...], "dev": [...]}) replaces the data splits (tests).
+    ``requests`` ({"train": [...], "dev": [...]}) replaces the data splits (tests). A committed
+    preset's adapter is a frozen asset: it is never retrained as a side effect (`check_frozen`),
+    only with ``retrain`` (or ``force``).
     """
     if not force:
         found = find_finished(cfg)
         if found is not None:
             progress(f"sidecar: reusing {found.reused} adapter {shown(found.adapter_dir)}")
             return found
+        if not retrain and requests is None and cfg.base != "tiny":
+            check_frozen(cfg)
     started = time.perf_counter()
     torch.set_num_threads(cfg.threads)
     stage = Stage(STAGE_NAME, cfg.key_config())
@@ -397,8 +419,12 @@ def _provenance() -> dict[str, Any]:
     for split in ("train", "dev"):
         path = artifacts_dir() / "data" / f"{split}.jsonl"
         data[split] = file_sha256(path) if path.exists() else None
+    from ooospec.models.arithmetic import cpu_capability, cpu_model
+    from ooospec.models.loading import bf16_supported_on_cpu
+
+    machine = {"cpu": cpu_model(), "cpu_capability": cpu_capability(), "bf16_kernels": bf16_supported_on_cpu()}
     return {"data_sha256": data, "torch": torch.__version__, "transformers": transformers.__version__,
-            "peft": peft.__version__, "python": platform.python_version(),
+            "peft": peft.__version__, "python": platform.python_version(), "machine": machine,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
@@ -450,6 +476,10 @@ PRESETS = {
     # a random 2-layer base on a handful of requests: exercises every step in seconds
     "smoke": SidecarConfig(base="tiny", train_requests=4, dev_requests=2, max_new_tokens=4, max_prefix_tokens=100_000),
 }
+
+
+# the presets whose adapters are committed (frozen assets: `check_frozen`)
+FROZEN_PRESETS = ("full", "pass2", "teacher", "scale")
 
 
 def sidecar_config(preset: str = "full", profile: str = "cpu", num_layers: int | None = None,

@@ -3,9 +3,13 @@
 The sidecar learns from the teacher's calls, not from the datasets' gold calls (as in the paper):
 the teacher answers each request greedily, its first call that parses and names one of the
 request's functions becomes strict JSON (name + argument map only), and a request without such a
-call keeps the reason. Traces are expensive on CPU (about 10-20 s per request for the 0.5B
-teacher), so the stage is resumable (append JSONL, skip done ids) and reuses committed traces
-(``artifacts/committed/teacher/``) whose generation settings match, record by record.
+call keeps the reason. Traces are expensive on CPU (seconds per request for the 0.5B teacher,
+days for the whole training split on the slower kind of machine), so the committed traces
+(``artifacts/committed/teacher/``) are frozen assets, as the paper's offline teacher is: they are
+reused record by record whatever arithmetic the local CPU runs (their own arithmetic is stated in
+their config), and a request without one stops the stage (`FrozenAssetMissing`) unless the caller
+asks to re-derive on purpose (``rederive=True``), which traces in the local arithmetic into a stage
+of its own (resumable: append JSONL, skip done ids).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from ooospec.models.registry import load_profile
 from ooospec.models.surface import SurfaceFormat
 from ooospec.models.target import TargetModel, load_role
 from ooospec.paths import artifacts_dir
-from ooospec.stage import Stage, append_jsonl, canonical_json, done_ids, read_jsonl
+from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, canonical_json, done_ids, read_jsonl
 from ooospec.progress import progress_bar
 
 TRACES_FILE = "traces.jsonl"
@@ -229,12 +233,27 @@ def model_teacher_settings(teacher: TargetModel, model_pin: str, max_new_tokens:
                                teacher.chat_template_kwargs, dtype, max_new_tokens, batch_size, decoder)
 
 
+ARITHMETIC_SETTING = "dtype"  # the one generation setting that says how a trace was computed, not what was asked
+
+
+def same_teacher(settings: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two generation settings ask the same teacher the same prompts in the same way, in any
+    arithmetic: a committed trace made in bf16 answers an fp32 machine's request for it (its
+    arithmetic is reported, never re-derived as a side effect of a missing CPU feature)."""
+    def asked(values: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if k != ARITHMETIC_SETTING}
+
+    return asked(settings) == asked(other)
+
+
 def committed_dir() -> Path:
     return artifacts_dir() / "committed" / "teacher"
 
 
 def committed_records(settings: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-    """Committed trace records made with exactly these settings, keyed by (id, prompt_hash).
+    """Committed trace records of the same teacher and prompts (`same_teacher`: any arithmetic),
+    keyed by (id, prompt_hash); each carries its set's ``arithmetic``. Where sets in several
+    arithmetics hold a request, the one in ``settings``' arithmetic wins.
 
     A committed set whose traces file does not match its recorded sha256 is refused.
     """
@@ -242,10 +261,13 @@ def committed_records(settings: dict[str, Any]) -> dict[tuple[str, str], dict[st
     root = committed_dir()
     if not root.exists():
         return found
-    for config_file in sorted(root.glob("*/config.json")):
-        config = json.loads(config_file.read_text())
-        if config.get("generation") != settings:
+    configs = [(f, json.loads(f.read_text())) for f in sorted(root.glob("*/config.json"))]
+    own = settings.get(ARITHMETIC_SETTING)
+    configs.sort(key=lambda fc: fc[1].get("generation", {}).get(ARITHMETIC_SETTING) != own)  # stable
+    for config_file, config in configs:
+        if not same_teacher(config.get("generation", {}), settings):
             continue
+        arithmetic = config["generation"].get(ARITHMETIC_SETTING)
         traces = config_file.parent / TRACES_FILE
         expected = json.loads((config_file.parent / "provenance.json").read_text())["sha256"]
         actual = hashlib.sha256(traces.read_bytes()).hexdigest()
@@ -253,7 +275,8 @@ def committed_records(settings: dict[str, Any]) -> dict[tuple[str, str], dict[st
             raise ValueError(f"{traces}: sha256 {actual} does not match provenance.json ({expected}); "
                              f"restore it with git (git checkout -- {traces}) or delete the directory")
         for record in read_jsonl(traces):
-            found.setdefault((record["id"], record["prompt_hash"]), {**record, "origin": f"committed:{config_file.parent.name}"})
+            found.setdefault((record["id"], record["prompt_hash"]),
+                             {**record, "origin": f"committed:{config_file.parent.name}", "arithmetic": arithmetic})
     return found
 
 
@@ -333,6 +356,8 @@ def run_teacher(
     on_batch: Callable[[int], None] | None = None,
     decoder: str = DEFAULT_DECODER,
     shard: tuple[int, int] = (0, 1),
+    trace_missing: bool = False,
+    rederive: bool = False,
 ) -> TeacherRun:
     """Trace ``requests`` (the ``limit`` subset) with the profile's teacher; resumable and keyed by config.
 
@@ -342,6 +367,12 @@ def run_teacher(
     hook for progress reporting and interruption tests). ``shard=(k, n)`` traces every n-th
     request of the subset starting at k (those not yet traced) into its own file, so n processes (one per core) share a stage;
     the stage is done when the files together cover the subset.
+
+    The committed traces are frozen assets: a request that none of them (nor an earlier local run)
+    holds raises `FrozenAssetMissing` when the profile's teacher would have to trace it, unless
+    ``trace_missing`` (the tracing CLI that makes new chunks) says so. With ``rederive`` the
+    committed traces are ignored and every request is traced here, in the local arithmetic, into a
+    stage of its own (hours per thousand requests on 2 cores).
     """
     index, shards = shard
     if not 0 <= index < shards:
@@ -354,18 +385,28 @@ def run_teacher(
     else:
         settings = model_teacher_settings(teacher, model_pin or "unpinned", max_new_tokens, batch_size, decoder)
     config = {"split": split, "limit": limit, "requests": requests_digest(chosen), "profile": profile,
-              "generation": settings}
+              "generation": settings, "traces": "rederived" if rederive else "committed or earlier runs"}
     stage = Stage("teacher", config)
     out = stage.path(TRACES_FILE if shards == 1 else f"traces.shard{index}of{shards}.jsonl")
     done = done_ids(out) | {i for path in trace_files(stage) if path != out for i in done_ids(path, repair=False)}
     todo = [r for r in chosen[index::shards] if r.id not in done]
-    known = {**stage_records(settings, exclude=stage.dir), **committed_records(settings)} if reuse else {}
+    known = {}
+    if reuse:
+        known = stage_records(settings, exclude=stage.dir)
+        if not rederive:
+            known = {**known, **committed_records(settings)}
     surface = get_surface(settings["surface"])
     reused = [judged(known[(r.id, r.prompt_hash)], r, surface.for_request(r)) for r in todo
               if (r.id, r.prompt_hash) in known]
     append_jsonl(out, reused)
     reused_ids = {r["id"] for r in reused}
     todo = [r for r in todo if r.id not in reused_ids]
+    if todo and teacher is None and not (trace_missing or rederive):
+        raise FrozenAssetMissing(
+            f"teacher {split}: {len(todo)} of {len(chosen)} requests have no committed trace (first: {todo[0].id}, "
+            f"prompt {todo[0].prompt_hash}); the traces under {committed_dir()} are frozen. To re-derive them on "
+            f"purpose, in this machine's arithmetic: `make retrace` (hours per thousand requests on 2 cores) or "
+            f"papermill notebooks/01_teacher.ipynb ... -p rederive True")
     if todo and teacher is None:
         teacher = profile_teacher(profile)
     prompts = {r.id: teacher.prompt_ids(r) for r in todo}
@@ -489,8 +530,17 @@ def commit_traces(records: list[dict[str, Any]], name: str, config: dict[str, An
             [Request(r["id"], "", "", [], [], None, prompt_hash=r["prompt_hash"]) for r in records]),
         "throughput": throughput(records), "validity_by_source": validity_by_source(records),
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+        "machine": _machine(config),
     }, indent=2))
     return target
+
+
+def _machine(config: dict[str, Any]) -> dict[str, Any]:
+    """The arithmetic and CPU that traced (a committed set is read on other machines)."""
+    from ooospec.models.arithmetic import arithmetic_of
+
+    profile = load_profile(config.get("profile", "cpu"))
+    return arithmetic_of(profile.model("teacher")).to_dict()
 
 
 def validity_figure(records: list[dict[str, Any]], title: str = "Teacher: first valid call per source"):
@@ -533,6 +583,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --commit: commit only records not already in a committed trace set (a chunk)")
     parser.add_argument("--commit", metavar="NAME", help="copy the traces to artifacts/committed/teacher/NAME")
     parser.add_argument("--commit-only", action="store_true", help="commit what is traced so far, trace nothing")
+    parser.add_argument("--rederive", action="store_true",
+                        help="ignore the committed traces: re-trace every request in this machine's arithmetic")
     args = parser.parse_args(argv)
     limit = None if args.limit < 0 else args.limit
     requests = load_split(args.split)
@@ -546,7 +598,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         run = run_teacher(requests, split=args.split, profile=args.profile, limit=limit,
                           max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads,
-                          decoder=args.decoder, shard=(int(index), int(shards or 1)))
+                          decoder=args.decoder, shard=(int(index), int(shards or 1)), trace_missing=True,
+                          rederive=args.rederive)
         stage, records = run.stage, run.records
         print(json.dumps(run.summary, indent=2))
     if args.commit and args.new_only:
@@ -564,6 +617,21 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def arithmetic_sentence(records: list[dict[str, Any]], profile: str) -> str:
+    """Which arithmetic made these trace records, beside what this machine would run the teacher in:
+    the committed traces are frozen, so the two may differ (bf16 traces read on an fp32 machine)."""
+    from ooospec.models.arithmetic import arithmetic_of, short_name
+
+    made = Counter(short_name(r.get("arithmetic") or profile_teacher_settings(profile, DEFAULT_MAX_NEW_TOKENS,
+                                                                             DEFAULT_BATCH_SIZE)[ARITHMETIC_SETTING])
+                   for r in records if str(r.get("origin", "")).startswith("committed"))
+    here = arithmetic_of(load_profile(profile).model("teacher")).sentence()
+    used = ", ".join(f"{n:,} in {a}" for a, n in made.most_common()) or "none"
+    traced = sum(not str(r.get("origin", "")).startswith("committed") for r in records)
+    return (f"Committed traces read: {used} (frozen: made on an avx512_bf16 CPU, see each set's provenance). "
+            f"Traced here, or by an earlier local run: {traced}. This machine would run the teacher in {here}.")
 
 
 def committed_sets() -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ import torch
 
 from ooospec.data.request import Call, Request
 from ooospec.paths import artifacts_dir, shown
-from ooospec.stage import Stage, append_jsonl, canonical_json, config_key
+from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, canonical_json, config_key
 from ooospec.models.adapters import (TOOL_TARGET, freeze_adapter, read_frozen, tool_adapter_committed_dir, tool_adapter_pointer, update_frozen_record)
 from ooospec.training.lora import (AdapterRun, LoraTrainConfig, TrainExample, attach_lora, mean_completion_nll, save_loss_curve, train_lora)
 from ooospec.progress import progress_bar
@@ -168,7 +168,7 @@ def prompt_fingerprint(parts: ToolTargetParts, request: Request) -> str:
 
 
 def train_tool_lora(cfg: ToolLoraConfig, requests: dict[str, list[Request]] | None = None, force: bool = False,
-                    progress: Callable[[str], None] = print) -> AdapterRun:
+                    progress: Callable[[str], None] = print, retrain: bool = False) -> AdapterRun:
     """Train, evaluate and freeze the tool adapter, or find one of the same config (stage, then committed)."""
     stage = Stage(STAGE_NAME, asdict(cfg))
     if stage.done and not force:
@@ -178,6 +178,11 @@ def train_tool_lora(cfg: ToolLoraConfig, requests: dict[str, list[Request]] | No
     if not force and (committed / "FROZEN.json").exists() and read_frozen(committed).get("config_key") == cfg.key():
         progress(f"tool lora: reusing committed {shown(committed)}")
         return AdapterRun(committed, read_frozen(committed), "committed")
+    if not (force or retrain) and requests is None and cfg.key() == PRESETS["full"].key():
+        found = read_frozen(committed).get("config_key") if (committed / "FROZEN.json").exists() else "nothing"
+        raise FrozenAssetMissing(f"tool lora: the full preset's adapter is a frozen asset; {shown(committed)} holds "
+                                 f"{found}, expected config key {cfg.key()}. Restore it with git, or re-derive it on "
+                                 "purpose with `-p retrain True` in notebooks/02_sidecar.ipynb")
     started = time.perf_counter()
     torch.set_num_threads(cfg.threads)
     lora = LoraTrainConfig(**cfg.lora)

@@ -1,0 +1,160 @@
+"""Which arithmetic ran, on which machine: what every speed figure and near-tie depends on.
+
+A profile's dtype is a wish; the machine decides (`ooospec.models.loading.runtime_placement`):
+bf16 runs only where the CPU has native bf16 kernels (avx512_bf16 or AMX), else fp32. Machines of
+the same kind differ here (an AVX2-only EPYC and an avx512_bf16 Xeon both appear as "2 cores"), and
+on them a 17-row tree forward costs 3.8 or 1.3 one-row steps, so every ratio in the book is a
+statement about one arithmetic on one CPU. `Arithmetic` records what ran, once per run, and
+`Arithmetic.sentence` is how pages name it ("fp32 on a 2-core AVX2 CPU (AMD EPYC)").
+
+The near-tie rule follows the arithmetic that ran (`near_tie_gap`): a speculative decode may
+differ from AR only where AR's own top-2 logit gap is within that arithmetic's rounding.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+# the largest top-2 logit gap that the arithmetic can flip between a tree forward and a one-row
+# step: fp32 reorders sums (~1e-3 at most, measured); bf16 keeps 7 explicit mantissa bits, so two
+# ulps of a logit in [32, 64) are 0.5
+NEAR_TIE_GAPS = {"float32": 1e-3, "bfloat16": 0.5, "float16": 0.05}
+SHORT_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def near_tie_gap(dtype: Any) -> float:
+    """The near-tie threshold of an arithmetic (a torch dtype or its name)."""
+    return NEAR_TIE_GAPS[str(dtype).removeprefix("torch.")]
+
+
+def short_name(dtype: Any) -> str:
+    name = str(dtype).removeprefix("torch.")
+    return SHORT_NAMES.get(name, name)
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def cpu_capability() -> str:
+    """torch's CPU kernel level (``AVX2``, ``AVX512``, ...)."""
+    import torch
+
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """What a run computed in and on: recorded in bench records and stage provenance."""
+
+    dtype: str  # what ran ("float32", "bfloat16")
+    requested: str  # the profile's wish
+    device: str
+    cpu: str
+    cpu_capability: str
+    bf16_kernels: bool
+    cores: int
+    torch: str
+
+    @property
+    def short(self) -> str:
+        return short_name(self.dtype)
+
+    @property
+    def fell_back(self) -> bool:
+        return self.dtype != self.requested
+
+    @property
+    def near_tie_gap(self) -> float:
+        return near_tie_gap(self.dtype)
+
+    def machine(self) -> str:
+        """``a 2-core AVX2 CPU (AMD EPYC)``, or the CUDA device."""
+        if self.device.startswith("cuda"):
+            return f"a CUDA device ({self.device})"
+        kernels = "avx512_bf16" if self.bf16_kernels else self.cpu_capability
+        return f"a {self.cores}-core {kernels} CPU ({self.cpu})"
+
+    def sentence(self) -> str:
+        """``fp32 on a 2-core AVX2 CPU (AMD EPYC; the profile asks bf16, this CPU has no bf16 kernels)``."""
+        why = ""
+        if self.fell_back:
+            why = f"; the profile asks {short_name(self.requested)}, which this machine cannot run natively"
+        text = f"{self.short} on {self.machine()}"
+        return text[:-1] + why + ")" if why and text.endswith(")") else text + why
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Arithmetic":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+def arithmetic_of(spec: Any) -> Arithmetic:
+    """The arithmetic a model of this `ModelSpec` runs in on this machine (no model load)."""
+    import torch
+
+    from ooospec.models.loading import bf16_supported_on_cpu, runtime_placement
+
+    dtype, device = runtime_placement(spec, quiet=True)
+    return Arithmetic(dtype=dtype, requested=spec.dtype, device=device, cpu=cpu_model(),
+                      cpu_capability=cpu_capability(), bf16_kernels=bf16_supported_on_cpu(),
+                      cores=os.cpu_count() or 1,
+                      torch=torch.__version__)
+
+
+def profile_arithmetic(profile: str, role: str = "target") -> Arithmetic:
+    """The arithmetic of a profile's role on this machine: for a target, its first target's."""
+    from ooospec.models.registry import load_profile
+
+    prof = load_profile(profile)
+    if role == "target":
+        spec = prof.model(next(iter(prof.targets)))
+    else:
+        spec = prof.model(role)
+    return arithmetic_of(spec)
+
+
+def running_arithmetic(model: Any, requested: str | None = None) -> Arithmetic:
+    """The arithmetic of an already loaded model (its parameters' dtype and device) on this machine;
+    ``requested`` is the profile's wish where the caller knows it."""
+    import torch
+
+    from ooospec.models.loading import bf16_supported_on_cpu
+
+    parameter = next(model.parameters())
+    dtype = str(parameter.dtype).removeprefix("torch.")
+    return Arithmetic(dtype=dtype, requested=requested or dtype, device=str(parameter.device), cpu=cpu_model(),
+                      cpu_capability=cpu_capability(), bf16_kernels=bf16_supported_on_cpu(),
+                      cores=os.cpu_count() or 1,
+                      torch=torch.__version__)
+
+
+def sentences(arithmetics: Any) -> str:
+    """One phrase for the arithmetic(s) of a set of records (dicts or `Arithmetic`), e.g. the
+    verdict's "fp32 on a 2-core AVX2 CPU (AMD EPYC)"; several are joined with "and"."""
+    found = []
+    for item in arithmetics:
+        if item is None:
+            continue
+        text = (item if isinstance(item, Arithmetic) else Arithmetic.from_dict(item)).sentence()
+        if text not in found:
+            found.append(text)
+    return " and ".join(found) or "an unrecorded arithmetic"
