@@ -302,6 +302,13 @@ def test_tiny_bench_run_writes_lossless_records_and_resumes_per_slice(artifacts)
     assert all(r["shared_prefill"] for r in records if r["method"] != "ooospec")
     assert {e["kind"] for e in ooo[0]["trace"]} >= {"sidecar_submit", "prefill_start", "prefill_end", "finish"}
     assert (records.stage.dir / "records.jsonl").read_text().count("\n") == len(records)
+    # every record names the arithmetic and CPU that made it, and the tree budget it used (the tiny
+    # target has no committed dev acceptance: the fixed default, said so beside each slice)
+    assert all(r["arithmetic"]["dtype"] == "float32" and r["arithmetic"]["cpu"] for r in records)
+    assert records.arithmetic().startswith("fp32 on a ") and "measured in fp32" in " ".join(records.notes())
+    assert all(r["tree_budget"]["max_nodes"] == 16 for r in records)
+    assert [c["chosen_by"] for c in records.budget_choices()] == ["fixed default: no committed dev acceptance for "
+                                                                   "this target"] * 2
 
     # a finished slice is never redone: nothing pending, the target is not even loaded
     again = run_bench(cfg, targets=targets, load_requests=FILES.__getitem__)

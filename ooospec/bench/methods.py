@@ -45,14 +45,9 @@ SIDECAR_MODES = {"wave": "wave", "sequential": "sequential", "two_waves": "two_w
                  "no_prefix_share": "wave_no_prefix_share"}
 PLACEMENTS = ("own_core", "shared_core", "in_process")
 
-# Chosen by measurement (notebooks/03_toolspec.ipynb), 1 torch thread, fp32, on this machine's
-# CPU. Qwen target, 252-token prompt, one-token step 151 ms; a verify forward over 1 + n rows costs
-# 2.1x a step at n = 1, 3.0x at n = 2, 2.1x at 4, 2.4x at 8, 3.1x at 16, 4.2x at 32, 6.7x at 64
-# (any n > 0 turns every matrix-vector product into a matrix-matrix one). ToolSpec at 8 / 16 / 32
-# nodes on 6 BFCL requests: MAT 4.9 / 5.8 / 6.3, decode speedup 2.45 / 2.70 / 2.23x; on
-# ToolAlpaca and API-Bank 8 and 16 were within noise of each other. SmolLM2 (tool LoRA merged),
-# 4 BFCL requests: 4 / 8 / 16 / 32 nodes gave MAT 2.8 / 3.3 / 4.0 / 4.3 and a flat decode speedup
-# of 1.9 / 2.0 / 2.0 / 2.05x, so it keeps 16 as well.
+# The fixed budget, used where the machine's choice is not made (`BenchConfig.tree_budget="fixed"`,
+# the studies, a target without committed dev acceptance); a bench run chooses per machine by
+# `ooospec.bench.tree_budget`. The history of how 16 was picked is in the ToolSpec chapter.
 DEFAULT_BUDGETS: dict[str, TreeBudget] = {
     "qwen2.5-coder-0.5b": TreeBudget(max_nodes=16, max_depth=16),
     "smollm2-135m-tool": TreeBudget(max_nodes=16, max_depth=16),
@@ -282,10 +277,12 @@ def method_sources(spec: MethodSpec, service: Any = None) -> list[DraftSource]:
                            hint_tokens=spec.hint_tokens, **options)
 
 
-def method_budget(spec: MethodSpec, target_name: str) -> TreeBudget:
-    """The target's default tree budget, resized by ``budget=N`` / ``depth=N``; OoO-Spec draws on
-    the same budget, plus ``hint_room`` nodes only the hint may fill when that ablation asks."""
-    budget = default_budget(target_name)
+def method_budget(spec: MethodSpec, target_name: str, default: TreeBudget | None = None) -> TreeBudget:
+    """The run's tree budget for the target (``default``: the machine's choice, see
+    `ooospec.bench.tree_budget`; else the fixed default), resized by an explicit ``budget=N`` /
+    ``depth=N``; OoO-Spec draws on the same budget, plus ``hint_room`` nodes only the hint may fill
+    when that ablation asks."""
+    budget = default or default_budget(target_name)
     budget = TreeBudget(max_nodes=spec.budget if spec.budget is not None else budget.max_nodes,
                         max_depth=spec.depth if spec.depth is not None else budget.max_depth)
     return ooospec_budget(budget, spec.hint_room) if spec.base == "ooospec" else budget

@@ -41,19 +41,22 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 
 from ooospec.bench.compare import NEAR_TIE_GAP, near_tie_gap
-from ooospec.bench.methods import MethodSpec, method_budget, method_sources, parse_methods
+from ooospec.bench.methods import MethodSpec, default_budget, method_budget, method_sources, parse_methods
+from ooospec.bench.tree_budget import BudgetChoice, machine_budget
 from ooospec.bench.oracle_calls import CallDirectory, first_call
 from ooospec.data.request import Call, Request
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
+from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
+from ooospec.models.arithmetic import profile_arithmetic, running_arithmetic, sentences
 from ooospec.progress import progress_bar
 from ooospec.sequences import first_difference
 from ooospec.stage import Stage, code_fingerprint, config_key, read_jsonl
 
 STAGE_NAME = "results"
 # the package source a slice's records depend on: its hash is part of the stage key
-BENCH_CODE = ("bench/runner.py", "bench/methods.py", "bench/compare.py", "bench/oracle_calls.py",
+BENCH_CODE = ("bench/runner.py", "bench/methods.py", "bench/compare.py", "bench/oracle_calls.py", "bench/tree_budget.py",
               "decoding", "sidecar", "models", "data/request.py", "sequences.py")
 DEFAULT_TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
 BENCHMARKS = ("apibank", "toolalpaca", "bfcl")
@@ -64,6 +67,9 @@ DEFAULT_METHODS = ("ar", "pld", "toolspec", "ooospec")
 SIDECAR_CHOICES = ("auto", "slot", "oracle", "gold")
 # the only benchmark none of whose APIs the sidecar saw in training (see the data card)
 HELD_OUT_BENCHMARKS = ("bfcl",)
+
+
+TREE_BUDGET_CHOICES = ("machine", "fixed")
 
 
 @dataclass
@@ -85,8 +91,13 @@ class BenchConfig:
     sidecar_threads: int = 1
     pin_cores: bool = True
     track_margins: bool = True
+    # "machine": each target's node budget chosen at the start of its run from this machine's verify
+    # cost and the committed dev acceptance (`ooospec.bench.tree_budget`); "fixed": the fixed default
+    tree_budget: str = "machine"
 
     def __post_init__(self) -> None:
+        if self.tree_budget not in TREE_BUDGET_CHOICES:
+            raise ValueError(f"BenchConfig.tree_budget must be one of {TREE_BUDGET_CHOICES}, got {self.tree_budget!r}")
         if self.sidecar not in SIDECAR_CHOICES:
             raise ValueError(f"BenchConfig.sidecar must be one of {SIDECAR_CHOICES}, got {self.sidecar!r}")
         for name in self.benchmarks:
@@ -199,8 +210,18 @@ class BenchPlan:
         """What decides a slice's records (targets and benchmarks only pick slices)."""
         config = {k: v for k, v in asdict(cfg).items() if k not in ("targets", "benchmarks", "sidecar_adapter")}
         config.update(code=code_fingerprint(*BENCH_CODE), sidecar=self.sidecar, methods=[m.name for m in self.methods],
-                      sidecar_adapter_sha256=_adapter_sha(self.adapter))
+                      sidecar_adapter_sha256=_adapter_sha(self.adapter),
+                      # what this machine runs the profile in: slices of another arithmetic never mix
+                      arithmetic=profile_arithmetic(cfg.profile).dtype)
         return config
+
+
+def _requested_dtype(profile: str, target: str) -> str | None:
+    """The profile's dtype for a target (None for an injected test target it does not name)."""
+    from ooospec.models.registry import load_profile
+
+    prof = load_profile(profile)
+    return prof.model(prof.target(target).model).dtype if target in prof.targets else None
 
 
 def _adapter_sha(adapter: Path | None) -> str | None:
@@ -403,6 +424,30 @@ class SliceRunner:
         self.cfg, self.plan, self.target, self.pool = cfg, plan, target, pool
         self.oracle_calls = oracle_calls
         self.verifier = TreeVerifier(target.model, target.eos_token_ids, track_margins=cfg.track_margins)
+        self.arithmetic = running_arithmetic(target.model, requested=_requested_dtype(cfg.profile, target.name)).to_dict()
+        self.budget_choice: BudgetChoice | None = None  # `choose_budget` sets it before any decode
+
+    def choose_budget(self, requests: list[Request]) -> BudgetChoice:
+        """This run's tree budget for the target (`ooospec.bench.tree_budget`), measured on the first
+        of ``requests`` the target can be prompted with."""
+        prompt = next((ids for ids in map(self._prompt_or_none, requests) if ids), None)
+        if self.cfg.tree_budget == "machine" and prompt is not None:
+            self.budget_choice = machine_budget(self.verifier, prompt, self.target.name)
+        else:
+            fixed = default_budget(self.target.name)
+            why = "fixed (BenchConfig)" if self.cfg.tree_budget == "fixed" else "fixed default: no request to measure on"
+            self.budget_choice = BudgetChoice(self.target.name, {"max_nodes": fixed.max_nodes,
+                                                                 "max_depth": fixed.max_depth}, why)
+        return self.budget_choice
+
+    def _prompt_or_none(self, request: Request) -> list[int] | None:
+        try:
+            return self.target.prompt_ids(request)
+        except ValueError:  # refused for this target (e.g. an empty dialogue): recorded by `run`
+            return None
+
+    def budget(self, spec: MethodSpec) -> TreeBudget:
+        return method_budget(spec, self.target.name, self.budget_choice.tree_budget if self.budget_choice else None)
 
     def _sidecar_label(self, spec: MethodSpec) -> str | None:
         return self.pool.key(spec).kind if spec.uses_sidecar else None
@@ -417,7 +462,7 @@ class SliceRunner:
             service.wait_idle()
         with self.both_cores() if spec.both_cores else nullcontext():
             result = decode(self.target, sources, request, max_new_tokens,
-                            method_budget(spec, self.target.name), prefill=prefill, verifier=self.verifier)
+                            self.budget(spec), prefill=prefill, verifier=self.verifier)
         if service is not None and not service.wait_idle():  # outside timing: the next decode finds it free
             # the sidecar hung or died: without a restart every later request would silently get
             # no hint (plain ToolSpec); restart it and say so in this record's trace
@@ -476,6 +521,11 @@ class SliceRunner:
                                      ar=ar, shared_prefill=prefill is not None, bank=bank,
                                      tie_gap=near_tie_gap(self.verifier.dtype))
                 record["run_order"] = order.index(spec)
+                record["arithmetic"] = self.arithmetic
+                used = self.budget(spec)
+                record["tree_budget"] = {"max_nodes": used.max_nodes, "max_depth": used.max_depth,
+                                         "chosen_by": "method option" if spec.budget or spec.depth else
+                                         (self.budget_choice.chosen_by if self.budget_choice else "fixed")}
                 records.append(record)
             bar.set_postfix(lossless=f"{sum(r['identical_to_ar'] for r in records)}/{len(records)}")
         return records
@@ -502,6 +552,11 @@ def method_order(methods: list[MethodSpec], seed: int, benchmark: str, request_i
 def bench_stage(cfg: BenchConfig, plan: BenchPlan | None = None) -> Stage:
     plan = plan or plan_bench(cfg)
     return Stage(STAGE_NAME, plan.key_config(cfg))
+
+
+def budget_path(slice_file: Path) -> Path:
+    """The tree-budget choice (and its measured inputs) beside a slice."""
+    return slice_file.with_name(slice_file.stem + ".budget.json")
 
 
 def slice_path(stage: Stage, target: str, fingerprint: str, benchmark: str) -> Path:
@@ -550,11 +605,23 @@ class BenchRecords(list):
     def sidecar(self) -> str:
         return self.plan.sidecar
 
+    def budget_choices(self) -> list[dict[str, Any]]:
+        """Per slice: the tree budget the run used and what chose it (`ooospec.bench.tree_budget`)."""
+        out = []
+        for path in sorted((self.stage.dir / "slices").glob("*/*.budget.json")):
+            out.append({"slice": f"{path.parent.name}/{path.name.removesuffix('.budget.json')}",
+                        **json.loads(path.read_text())})
+        return out
+
+    def arithmetic(self) -> str:
+        """The arithmetic and machine the records were measured in ("fp32 on a 2-core AVX2 CPU ...")."""
+        return sentences(r.get("arithmetic") for r in self)
+
     def notes(self) -> list[str]:
         """Lines a reader must see next to the numbers."""
         which = {"slot": f"the trained sidecar ({self.plan.adapter})", "oracle": "the ORACLE sidecar (the target's "
                  "own greedy call)", "gold": "a sidecar answering with the GOLD call"}[self.plan.sidecar]
-        lines = [f"OoO-Spec ran with {which}"] + list(self.plan.notes)
+        lines = [f"measured in {self.arithmetic()}", f"OoO-Spec ran with {which}"] + list(self.plan.notes)
         lines += [f"target {t} skipped: {why}" for t, why in self.skipped_targets.items()]
         lines += [f"method {m} skipped: {why}" for m, why in self.plan.skipped_methods.items()]
         lines += [f"request {f['request_id']} ({f['target']} / {f['benchmark']}) not decoded: {f['error']}"
@@ -602,7 +669,8 @@ def run_bench(cfg: BenchConfig, *, targets: TargetProvider | None = None,
               for f in json.loads(failed_path(slice_path(stage, name, fp, b)).read_text())]
     status = {"targets": fingerprints, "skipped_targets": skipped, "skipped_methods": plan.skipped_methods,
               "sidecar": plan.sidecar, "sidecar_adapter": str(plan.adapter) if plan.adapter else None,
-              "notes": plan.notes, "cores": asdict(cores), "records": len(records), "failed_requests": len(failed)}
+              "notes": plan.notes, "cores": asdict(cores), "records": len(records), "failed_requests": len(failed),
+              "arithmetic": [json.loads(a) for a in sorted({json.dumps(r.get("arithmetic"), sort_keys=True) for r in records})]}
     stage.path("status.json").write_text(json.dumps(status, indent=2))
     if not skipped:
         stage.mark_done(**status)
@@ -621,6 +689,12 @@ def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: Targe
     pool = SidecarPool(cfg, plan, cores, oracle_calls, gold)
     try:
         runner = SliceRunner(cfg, plan, target, pool, oracle_calls)
+        choice = runner.choose_budget(samples[pending[0]])
+        print(f"bench: {name}: tree budget {choice.budget['max_nodes']} nodes ({choice.chosen_by})")
+        for benchmark in pending:
+            path = slice_path(stage, name, fingerprint, benchmark)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            budget_path(path).write_text(json.dumps(choice.to_dict(), indent=1))
         if cfg.warmup:
             first = pending[0]
             runner.warm_up(warmup_requests(files[first], samples[first], cfg.warmup))

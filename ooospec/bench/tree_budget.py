@@ -1,0 +1,154 @@
+"""The tree budget follows the machine: Sequoia's hardware-aware rule at the granularity of node budgets.
+
+A tree of b draft nodes is verified by one forward over 1 + b rows. Whether b pays off depends on two
+things that do not travel together:
+
+* **acceptance**, MAT(b): tokens committed per target forward by ToolSpec with b nodes (depth limit
+  b) on dev requests. It is a count, not a time, so it is the same on any machine up to rounding
+  near-ties; it is measured once (`measure_acceptance`, dev requests only, never an evaluation file)
+  and committed (``artifacts/committed/tree-budget/``).
+* **cost**, C(b): a verify forward over 1 + b rows relative to a one-row step, measured on this
+  machine at the start of a run (a few forwards, seconds): 1.3x for 17 rows on the avx512_bf16 CPU
+  in bf16, 3.9x on the AVX2 one in fp32, so the best budget differs between them.
+
+The chosen budget minimises C(b) / MAT(b), the expected cost of one committed token in one-row
+steps. ToolSpec and OoO-Spec get the same budget, chosen from ToolSpec's acceptance (the
+baseline's), so the choice cannot favour the new method. An explicit ``budget=`` option on a method
+still wins; a target without committed acceptance (a test model) keeps its fixed default.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ooospec.bench.methods import default_budget
+from ooospec.decoding.tree import TreeBudget
+from ooospec.paths import artifacts_dir
+
+CANDIDATES = (4, 8, 16, 24, 32)  # node budgets; the depth limit equals the budget, as in the sweeps
+ACCEPTANCE_FILE = "acceptance.json"
+
+
+def acceptance_dir() -> Path:
+    return artifacts_dir() / "committed" / "tree-budget"
+
+
+@dataclass
+class BudgetChoice:
+    """A target's tree budget on this machine and the numbers that chose it (run provenance)."""
+
+    target: str
+    budget: dict[str, int]  # max_nodes, max_depth
+    chosen_by: str  # "machine" (this rule) or why the fixed default was kept
+    rows: list[dict[str, float]] = field(default_factory=list)  # nodes, mat, cost, steps_per_token
+    step_s: float | None = None  # the one-row step measured with the costs
+    measure_s: float = 0.0
+    acceptance: dict[str, Any] = field(default_factory=dict)  # where MAT(b) came from
+
+    @property
+    def tree_budget(self) -> TreeBudget:
+        return TreeBudget(**self.budget)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def choose_budget(mat: dict[int, float], cost: dict[int, float]) -> int:
+    """The node budget with the least verify cost per committed token, C(b) / MAT(b); a tie keeps
+    the smaller tree (less work for the same speed)."""
+    common = sorted(set(mat) & set(cost))
+    if not common:
+        raise ValueError(f"no budget with both an acceptance and a cost: {sorted(mat)} vs {sorted(cost)}")
+    return min(common, key=lambda b: (cost[b] / mat[b], b))
+
+
+def committed_acceptance(target: str, path: Path | None = None) -> tuple[dict[int, float], dict[str, Any]] | None:
+    """MAT per node budget of ``target`` from the committed dev measurement, with its provenance."""
+    path = path or acceptance_dir() / ACCEPTANCE_FILE
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    per_target = data.get("targets", {}).get(target)
+    if not per_target:
+        return None
+    mat = {int(b): float(v["mat"]) for b, v in per_target.items()}
+    return mat, {k: v for k, v in data.items() if k != "targets"}
+
+
+def machine_budget(verifier: Any, prompt_ids: list[int], target: str, repeats: int = 3,
+                   acceptance_path: Path | None = None) -> BudgetChoice:
+    """Measure C(b) for the candidate budgets on one real prompt, read MAT(b), choose."""
+    from ooospec.bench.verify_cost import verify_cost_curve
+
+    fixed = default_budget(target)
+    found = committed_acceptance(target, acceptance_path)
+    if found is None:
+        return BudgetChoice(target, {"max_nodes": fixed.max_nodes, "max_depth": fixed.max_depth},
+                            "fixed default: no committed dev acceptance for this target")
+    mat, provenance = found
+    started = time.perf_counter()
+    points = verify_cost_curve(verifier, prompt_ids, (0, *sorted(mat)), repeats)
+    cost = {p.nodes: p.min_ratio for p in points if p.nodes}  # the minimum: robust to a busy neighbour
+    best = choose_budget(mat, cost)
+    rows = [{"nodes": b, "mat": round(mat[b], 3), "cost": round(cost[b], 3),
+             "steps_per_token": round(cost[b] / mat[b], 3)} for b in sorted(cost)]
+    step = next(p.min_s for p in points if p.nodes == 0)
+    return BudgetChoice(target, {"max_nodes": best, "max_depth": best}, "machine", rows, round(step, 4),
+                        round(time.perf_counter() - started, 1), provenance)
+
+
+def measure_acceptance(targets: tuple[str, ...], *, profile: str = "cpu", requests: int = 20, seed: int = 0,
+                       max_new_tokens: int = 160, budgets: tuple[int, ...] = CANDIDATES) -> dict[str, Any]:
+    """ToolSpec's MAT per node budget on dev requests, per target (the committed input of the rule).
+
+    Runs `ooospec.bench.study.method_slice` on the dev split (resumable stages); MAT is committed
+    tokens after the first (which the prefill writes) over target forwards, pooled over requests."""
+    from ooospec.bench.study import budget_runs, method_slice
+    from ooospec.models.arithmetic import profile_arithmetic
+    from ooospec.training.teacher import code_commit
+
+    out: dict[str, Any] = {"made_by": "python -m ooospec.bench.tree_budget", "split": "dev", "requests": requests,
+                           "seed": seed, "max_new_tokens": max_new_tokens, "budgets": list(budgets),
+                           "arithmetic": profile_arithmetic(profile).sentence(), "code_commit": code_commit(),
+                           "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "targets": {}}
+    for target in targets:
+        records = method_slice(target, "dev", profile=profile, requests=requests, seed=seed,
+                               max_new_tokens=max_new_tokens, runs=budget_runs(list(budgets)))
+        per_budget: dict[str, Any] = {}
+        for b in budgets:
+            own = [r for r in records if r["method"] == f"toolspec@{b}"]
+            decoded = sum(max(r["tokens"] - 1, 0) for r in own)
+            forwards = sum(r["forwards"] for r in own)
+            per_budget[str(b)] = {"mat": round(decoded / forwards, 4) if forwards else 0.0, "requests": len(own),
+                                  "tokens": decoded, "forwards": forwards,
+                                  "identical_to_ar": sum(bool(r.get("identical_to_ar")) for r in own)}
+        out["targets"][target] = per_budget
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: measure the dev acceptance of every candidate budget and commit it."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--targets", nargs="+", default=["qwen2.5-coder-0.5b", "smollm2-135m-tool"])
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None, help="default: the committed acceptance file")
+    args = parser.parse_args(argv)
+    data = measure_acceptance(tuple(args.targets), profile=args.profile, requests=args.requests)
+    path = args.out or acceptance_dir() / ACCEPTANCE_FILE
+    if path.exists() and args.out is None:  # one target per process: merge into what is there
+        old = json.loads(path.read_text())
+        data["targets"] = {**old.get("targets", {}), **data["targets"]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(json.dumps(data["targets"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
