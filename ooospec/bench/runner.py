@@ -446,10 +446,8 @@ class SliceRunner:
         return self.budget_choice
 
     def _prompt_or_none(self, request: Request) -> list[int] | None:
-        try:
-            return self.target.prompt_ids(request)
-        except ValueError:  # refused for this target (e.g. an empty dialogue): recorded by `run`
-            return None
+        """The request's prompt, or None where it is refused (`refusal`: recorded by `run`)."""
+        return None if self.refusal(request) is not None else self.target.prompt_ids(request)
 
     def budget(self, spec: MethodSpec) -> TreeBudget:
         return method_budget(spec, self.target.name, self.budget_choice.tree_budget if self.budget_choice else None)
