@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from ooospec.bench.methods import MethodSpec, method_sources
 from ooospec.data.request import Request
 from ooospec.decoding.base import DraftSource
+from ooospec.decoding.context import fit_budget, model_context
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
@@ -76,7 +77,8 @@ def compare_methods(
 
     Sources are built once per method and kept across the requests (call retrieval learns from
     the calls produced earlier in the same run). Records of non-AR methods carry
-    ``identical_to_ar``, ``mismatch_at``, ``ar_gap_at_mismatch`` and ``near_tie``.
+    ``identical_to_ar``, ``mismatch_at``, ``ar_gap_at_mismatch`` and ``near_tie``. A prompt that
+    does not fit the target's context raises `PromptTooLong` before the shared prefill.
     """
     verifier = TreeVerifier(target.model, target.eos_token_ids, track_margins=True)
     sources: dict[str, list[DraftSource]] = {run.label: method_sources(run.spec) for run in runs}
@@ -85,7 +87,9 @@ def compare_methods(
     for request in progress_bar(requests, desc=f"{target.name}", disable=not progress):
         prefill = None
         if share_prefill:
-            prefill = Prefill.measure(verifier, target.prompt_ids(request))
+            prompt = target.prompt_ids(request)
+            fit_budget(len(prompt), max_new_tokens, model_context(target.model), request.id)
+            prefill = Prefill.measure(verifier, prompt)
         ar = decode(target, [], request, max_new_tokens, budget, prefill=prefill, verifier=verifier)
         records.append(_record(ar, request, "ar", target.name, None))
         for run in runs:

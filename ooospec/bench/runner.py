@@ -44,7 +44,8 @@ from ooospec.bench.compare import NEAR_TIE_GAP, near_tie_gap
 from ooospec.bench.methods import MethodSpec, default_budget, method_budget, method_sources, parse_methods
 from ooospec.bench.tree_budget import BudgetChoice, machine_budget
 from ooospec.bench.oracle_calls import CallDirectory, first_call
-from ooospec.data.request import Call, Request
+from ooospec.data.request import Call, Request, check_tool_names
+from ooospec.decoding.context import fit_budget, model_context
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.tree import TreeBudget
@@ -115,7 +116,11 @@ class BenchConfig:
 
 
 def sample_requests(requests: list[Request], n: int | None, seed: int, benchmark: str) -> list[Request]:
-    """A seeded sample of ``n`` requests, kept in file order (retrieval memory depends on order)."""
+    """A seeded sample of ``n`` requests, kept in file order (retrieval memory depends on order).
+    Every request of the file is checked first (`check_tool_names`): a bad one stops the run at
+    load, whoever made the list."""
+    for position, request in enumerate(requests):
+        check_tool_names(request, f"benchmark {benchmark} request {position}")
     if n is None or n >= len(requests):
         return list(requests)
     chosen = sorted(random.Random(f"{seed}:{benchmark}").sample(range(len(requests)), n))
@@ -441,16 +446,25 @@ class SliceRunner:
         return self.budget_choice
 
     def _prompt_or_none(self, request: Request) -> list[int] | None:
-        try:
-            return self.target.prompt_ids(request)
-        except ValueError:  # refused for this target (e.g. an empty dialogue): recorded by `run`
-            return None
+        """The request's prompt, or None where it is refused (`refusal`: recorded by `run`)."""
+        return None if self.refusal(request) is not None else self.target.prompt_ids(request)
 
     def budget(self, spec: MethodSpec) -> TreeBudget:
         return method_budget(spec, self.target.name, self.budget_choice.tree_budget if self.budget_choice else None)
 
     def _sidecar_label(self, spec: MethodSpec) -> str | None:
         return self.pool.key(spec).kind if spec.uses_sidecar else None
+
+    def refusal(self, request: Request) -> str | None:
+        """Why ``request`` cannot be decoded on this target (None: it can): a prompt the target
+        cannot be built (an empty dialogue) or one that does not fit its context. Checked before any
+        prefill, the shared one included."""
+        try:
+            prompt = self.target.prompt_ids(request)
+            fit_budget(len(prompt), self.cfg.max_new_tokens, model_context(self.target.model), request.id)
+        except ValueError as err:
+            return str(err)
+        return None
 
     def shared_prefill(self, request: Request) -> Prefill:
         return Prefill.measure(self.verifier, self.target.prompt_ids(request))
@@ -480,6 +494,8 @@ class SliceRunner:
         """Untimed decodes through every method with throwaway sources (first-call overheads,
         sidecar start-up and its first wave)."""
         for request in progress_bar(requests, desc=f"warm-up {self.target.name}", unit="req", leave=False):
+            if self.refusal(request) is not None:  # a request that cannot be decoded warms nothing up
+                continue
             for spec in self.plan.methods:
                 sources = method_sources(spec, self.pool.service(spec))
                 self.decode_one(spec, sources, request, min(self.cfg.max_new_tokens, 16), None)
@@ -494,11 +510,10 @@ class SliceRunner:
         self.failed: list[dict[str, Any]] = []
         bar = progress_bar(requests, desc=f"{self.target.name} / {benchmark}", unit="req")
         for position, request in enumerate(bar):
-            try:  # a request the target cannot be prompted with is recorded, never aborts the slice
-                self.target.prompt_ids(request)
-            except ValueError as err:
+            error = self.refusal(request)  # recorded beside the slice, never aborts it
+            if error is not None:
                 self.failed.append({"target": self.target.name, "benchmark": benchmark, "request_id": request.id,
-                                    "position": position, "error": str(err)})
+                                    "position": position, "error": error})
                 continue
             order = method_order(self.plan.methods, self.cfg.seed, benchmark, request.id, self.needs_ar_first)
             results: dict[MethodSpec, tuple[DecodeResult, Prefill | None]] = {}

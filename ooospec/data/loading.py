@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ooospec.data.request import Call, Request
+from ooospec.data.request import Call, DuplicateToolName, Request, check_tool_names
 from ooospec.data.schema import DataError, schema_violations, tool_schema_warnings
 
 
@@ -92,12 +92,22 @@ def require(record: Any, keys: tuple[str, ...], where: str) -> None:
 
 
 def check_gold(load: SourceLoad, request: Request, file: str, record: str, strict: bool) -> bool:
-    """Gold calls must name tools of the request, and should satisfy their schemas.
+    """A request's tools must have unique names; gold calls must name tools of the request, and
+    should satisfy their schemas. Every loader calls this on every request it builds.
 
-    A call naming a function that is not in the request's tools is a drop (``strict``: training
-    sources) or a flagged issue (evaluation sets keep their size). Schema violations are flagged
-    either way. Returns whether the request is kept.
+    A tool name listed twice is a drop (``strict``: training sources) or a `DuplicateToolName`
+    error naming the file, record and name (an evaluation set keeps its size or fails). A call
+    naming a function that is not in the request's tools is a drop (``strict``) or a flagged issue
+    (evaluation sets keep their size). Schema violations are flagged either way. Returns whether
+    the request is kept.
     """
+    try:
+        check_tool_names(request, f"{file} record {record}")
+    except DuplicateToolName as err:
+        if not strict:
+            raise
+        load.drop(file, record, "duplicate_tool_name", str(err))
+        return False
     if not request.gold:
         return True
     names = {t["name"] for t in request.tools}
@@ -158,5 +168,5 @@ def gold_violations(request: Request) -> list[str]:
     return out
 
 
-__all__ = ["Call", "DataError", "Drop", "SourceLoad", "check_gold", "check_tool_schemas", "flag_schema_warnings",
-           "gold_violations", "read_json", "read_json_lines", "require"]
+__all__ = ["Call", "DataError", "Drop", "DuplicateToolName", "SourceLoad", "check_gold", "check_tool_names",
+           "check_tool_schemas", "flag_schema_warnings", "gold_violations", "read_json", "read_json_lines", "require"]

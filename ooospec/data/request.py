@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from ooospec.data.schema import DataError
 from ooospec.stage import canonical_json, read_jsonl
 
 
@@ -85,6 +87,26 @@ class Request:
         return cls(**data)
 
 
+def duplicate_tool_names(tools: list[Any]) -> list[str]:
+    """Tool names a request lists more than once, in order of first listing."""
+    counts = Counter(t["name"] for t in tools if isinstance(t, dict) and "name" in t)
+    return [name for name, n in counts.items() if n > 1]
+
+
+class DuplicateToolName(DataError):
+    """A request listing one tool name twice: a call to it would have two schemas (`Request.tool`
+    returns the first, so the schema FSM and the hint could follow different ones)."""
+
+
+def check_tool_names(request: Request, where: str) -> None:
+    """Refuse a request that lists a tool name twice; ``where`` names the file and record."""
+    names = duplicate_tool_names(request.tools)
+    if names:
+        raise DuplicateToolName(f"{where}: request {request.id} lists tool {names[0]!r} more than once"
+                                + (f" (also {', '.join(map(repr, names[1:]))})" if names[1:] else "")
+                                + "; each tool name of a request must be unique")
+
+
 def write_requests(path: Path, requests: Iterable[Request]) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
@@ -100,6 +122,8 @@ def write_requests(path: Path, requests: Iterable[Request]) -> int:
 def read_requests(path: Path) -> Iterator[Request]:
     for lineno, record in enumerate(read_jsonl(path), 1):
         try:
-            yield Request.from_dict(record)
+            request = Request.from_dict(record)
         except TypeError as err:
             raise ValueError(f"{path}: record {lineno}: not a Request ({err})") from err
+        check_tool_names(request, f"{path}: record {lineno}")
+        yield request

@@ -6,19 +6,28 @@ serves. Timing brackets include all drafting work: ``decode_s`` runs from the en
 last commit and contains every `propose`, tree build, forward and `observe`; ``total_s`` adds the
 sources' per-request setup (`begin`) and the prefill. `end` (e.g. retrieval storing the call for
 later requests) runs after the clock stops, as it is off the request's critical path.
+
+Context: before anything else (no source sees the request, no prefill runs, a shared prefill is not
+used) the prompt is checked against the target's context (`ooospec.decoding.context.fit_budget`):
+a prompt that leaves no room raises `PromptTooLong`; one that leaves less than ``max_new_tokens``
+is decoded with the budget capped to the room (recorded: ``max_new_tokens``, ``capped_from`` and a
+``budget_capped`` trace event). Near the end of the context a round's tree is cut to the depth
+that still fits, which never changes a committed token (a node that deep could not be committed
+within the budget anyway).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from ooospec.data.request import Request
 from ooospec.decoding.base import CREDITS, DecodeContext, DecodeState, DraftSource, EventTrace
+from ooospec.decoding.context import fit_budget, model_context, positions_left
 from ooospec.decoding.tree import TreeBudget, build_tree
 from ooospec.decoding.verifier import TreeVerifier, VerifierState
 from ooospec.models.target import TargetModel
@@ -76,6 +85,8 @@ class DecodeResult:
     trace: EventTrace
     prompt_tokens: int
     margins: list[float] = field(default_factory=list)  # top-2 logit gap per output token, if tracked
+    max_new_tokens: int = 0  # the budget decoded with (the context's room where that was less than asked)
+    capped_from: int | None = None  # the budget asked for, where the context capped it; else None
 
     @property
     def forwards(self) -> int:
@@ -106,6 +117,8 @@ class DecodeResult:
             "finish": self.finish,
             "tokens": len(self.output_ids),
             "prompt_tokens": self.prompt_tokens,
+            "max_new_tokens": self.max_new_tokens,
+            "capped_from": self.capped_from,
             "setup_s": self.setup_s,
             "prefill_s": self.prefill_s,
             "decode_s": self.decode_s,
@@ -149,12 +162,18 @@ def decode(
     A bare `Request` gets its context (prompt ids, surface, EOS ids) from ``target``. ``prefill``
     starts from a copy of an earlier prefill of the same prompt (lossless checks run several
     methods on one prefill; the reported prefill time is then that prefill's). ``verifier``
-    reuses one verifier across requests; margins are tracked when it tracks them.
+    reuses one verifier across requests; margins are tracked when it tracks them. A prompt that does
+    not fit the target's context raises `PromptTooLong` before any of that (see the module doc).
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     start = time.perf_counter()
     ctx = request if isinstance(request, DecodeContext) else make_context(target, request, EventTrace(start))
+    context = model_context(target.model)
+    asked, max_new_tokens = max_new_tokens, fit_budget(len(ctx.prompt_ids), max_new_tokens, context, ctx.request.id)
+    if max_new_tokens < asked:
+        ctx.trace.emit("budget_capped", max_new_tokens=max_new_tokens, asked=asked, context=context,
+                       prompt_tokens=len(ctx.prompt_ids))
     verifier = verifier or TreeVerifier(target.model, ctx.eos_token_ids)
     for source in sources:
         source.begin(ctx)
@@ -170,7 +189,8 @@ def decode(
     finish = "eos" if own.state.root in verifier.eos else ("length" if max_new_tokens == 1 else "")
     rounds: list[RoundRecord] = []
     while not finish:
-        record, finish = _round(verifier, own.state, state, sources, budget, max_new_tokens, tally)
+        tree_budget = _within_context(budget, context, own.state.cache_len)
+        record, finish = _round(verifier, own.state, state, sources, tree_budget, max_new_tokens, tally)
         rounds.append(record)
         ctx.trace.emit("round", **record.event_fields())
     decode_s = time.perf_counter() - decode_start
@@ -182,6 +202,7 @@ def decode(
         setup_s=setup_s, prefill_s=own.seconds, decode_s=decode_s, total_s=setup_s + own.seconds + decode_s,
         rounds=rounds, source_counts={name: tally.credits.get(name, 0) for name in CREDITS},
         trace=ctx.trace, prompt_tokens=len(ctx.prompt_ids), margins=tally.margins,
+        max_new_tokens=max_new_tokens, capped_from=asked if max_new_tokens < asked else None,
     )
     for source in sources:
         source.end(state, result)
@@ -194,6 +215,15 @@ class _Tally:
 
     credits: Counter[str]
     margins: list[float]
+
+
+def _within_context(budget: TreeBudget, context: int | None, root_position: int) -> TreeBudget:
+    """``budget`` with its depths cut so that no tree node is fed at a position past ``context``
+    (the same budget while there is room)."""
+    depth = positions_left(context, root_position)
+    if depth is None or depth >= max(budget.max_depth, budget.hint_depth):
+        return budget
+    return replace(budget, max_depth=min(budget.max_depth, depth), hint_depth=min(budget.hint_depth, depth))
 
 
 def _prefill(verifier: TreeVerifier, ctx: DecodeContext, shared: Prefill | None) -> Prefill:

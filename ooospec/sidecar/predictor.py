@@ -11,6 +11,11 @@ machinery: `predict_sequential` (rows one at a time, each with its own prefix) a
 
 `SlotWavePredictor` is this predictor behind the sidecar protocol (`ooospec.sidecar.protocol`):
 what the service runs in its own process.
+
+The prefix is clipped (`ooospec.sidecar.slots.request_prefix`), yet many tools can still make it
+longer than the sidecar model's context: a wave whose prefix + longest question + answer budget
+does not fit returns no call with the reason (``prompt_too_long: ...``) before any forward, rather
+than answering from positions the model never saw.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import torch
 
 from ooospec.data.request import Call, Request
+from ooospec.decoding.context import PROMPT_TOO_LONG, model_context
 from ooospec.models.cache import expand_cache
 from ooospec.sidecar.join import DroppedSlot, join_rows
 from ooospec.sidecar.protocol import MODES, Prediction
@@ -226,6 +232,24 @@ class SlotPredictor:
         required = {tool["name"]: tool_required(tool) for tool in request.tools}
         return [k.function is not None and k.parameter in required.get(k.function, ()) for k in keys]
 
+    def context_refusal(self, prefix: list[int], questions: list[list[int]]) -> str | None:
+        """Why rows of ``questions`` after ``prefix`` do not fit the sidecar's context (None: they
+        do): every row needs its prefix, its question and ``max_new_tokens`` positions."""
+        context = model_context(self.model)
+        longest = max((len(q) for q in questions), default=0)
+        if context is None or len(prefix) + longest + self.max_new_tokens <= context:
+            return None
+        return (f"{PROMPT_TOO_LONG}: {len(prefix) + longest} + {self.max_new_tokens} > {context} "
+                f"(sidecar: prefix {len(prefix)}, longest question {longest})")
+
+    def _refused(self, request: Request, mode: str, reason: str, start: float, prefix_tokens: int) -> WaveResult:
+        """The wave that did not run: no call, no rows, no forward, and why."""
+        return WaveResult(request.id, mode, None, None, 0, time.perf_counter() - start, prefix_tokens, [], 0,
+                          reason=reason)
+
+    def _encoded_questions(self, request: Request) -> list[list[int]]:
+        return [encode(self.tokenizer, q) for _, q in online_questions(request)]
+
     def _rows(self, keys: list[RowKey], gen: _Generation) -> list[RowPrediction]:
         return [RowPrediction(k, t, n, tr) for k, t, n, tr in zip(keys, gen.texts, gen.new_tokens, gen.truncated)]
 
@@ -241,12 +265,15 @@ class SlotPredictor:
     def predict_wave(self, request: Request, share_prefix: bool = True) -> WaveResult:
         """Every online row of ``request`` in one batched greedy generation."""
         start = time.perf_counter()
+        mode = "wave" if share_prefix else "wave_no_prefix_share"
         prefix = self.prefix_ids(request)
         keys, questions = zip(*online_questions(request))
-        gen = self.generate_rows(prefix, [encode(self.tokenizer, q) for q in questions], share_prefix,
-                                 no_null=self._no_null(request, list(keys)))
+        encoded = [encode(self.tokenizer, q) for q in questions]
+        refusal = self.context_refusal(prefix, encoded)
+        if refusal is not None:
+            return self._refused(request, mode, refusal, start, len(prefix))
+        gen = self.generate_rows(prefix, encoded, share_prefix, no_null=self._no_null(request, list(keys)))
         latency = time.perf_counter() - start
-        mode = "wave" if share_prefix else "wave_no_prefix_share"
         return self._result(request, mode, self._rows(list(keys), gen), latency, len(prefix), gen.forwards)
 
     def predict_sequential(self, request: Request) -> WaveResult:
@@ -256,6 +283,9 @@ class SlotPredictor:
         """
         start = time.perf_counter()
         prefix = self.prefix_ids(request)
+        refusal = self.context_refusal(prefix, self._encoded_questions(request))
+        if refusal is not None:
+            return self._refused(request, "sequential", refusal, start, len(prefix))
         cache = self.prefix_cache(prefix)
         rows, forwards = [], 1
         online = online_questions(request)
@@ -272,6 +302,9 @@ class SlotPredictor:
         """Ablation: function index alone, then a second wave with only that function's arguments."""
         start = time.perf_counter()
         prefix = self.prefix_ids(request)
+        refusal = self.context_refusal(prefix, self._encoded_questions(request))
+        if refusal is not None:
+            return self._refused(request, "two_waves", refusal, start, len(prefix))
         cache = self.prefix_cache(prefix)
         index_key, index_question = online_questions(request, functions=[])[0]
         first = self.generate_rows(prefix, [encode(self.tokenizer, index_question)], prefix_cache=cache)

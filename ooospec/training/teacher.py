@@ -10,6 +10,11 @@ reused record by record whatever arithmetic the local CPU runs (their own arithm
 their config), and a request without one stops the stage (`FrozenAssetMissing`) unless the caller
 asks to re-derive on purpose (``rederive=True``), which traces in the local arithmetic into a stage
 of its own (resumable: append JSONL, skip done ids).
+
+A request whose prompt does not fit the teacher's context is not decoded: its record keeps
+``call=None`` and the reason (``prompt_too_long: <prompt> + <max_new_tokens> > <context>``), like
+a call that did not parse, and the stage goes on. One that fits but leaves less than
+``max_new_tokens`` is decoded with the budget capped to the room, recorded as ``capped_to``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from ooospec.data.request import Call, Request
+from ooospec.decoding.context import PROMPT_TOO_LONG, PromptTooLong, fit_budget, model_context
 from ooospec.decoding.loop import decode
 from ooospec.decoding.toolspec import ToolSpec
 from ooospec.decoding.tree import TreeBudget
@@ -62,9 +68,15 @@ class TeacherRecord:
     stopped_on_eos: bool
     seconds: float
     origin: str = "generated"  # or "committed:<name>" when reused
+    capped_to: int | None = None  # the new-token budget where the context left less than max_new_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as stored; ``capped_to`` only where the context capped the budget, so an
+        ordinary record reads exactly as the committed ones do."""
+        data = asdict(self)
+        if data["capped_to"] is None:
+            del data["capped_to"]
+        return data
 
 
 @dataclass
@@ -127,7 +139,10 @@ def first_valid_call(text: str, request: Request, surface: SurfaceFormat, stoppe
 
 def judged(record: dict[str, Any], request: Request, surface: SurfaceFormat) -> dict[str, Any]:
     """A record's call fields re-derived from its raw text with the current rules (cheap; the
-    raw text is the expensive part), so a reused record never carries a stale verdict."""
+    raw text is the expensive part), so a reused record never carries a stale verdict. A request
+    refused for its length has no text to judge and keeps its reason."""
+    if str(record.get("reason") or "").startswith(PROMPT_TOO_LONG):
+        return record
     verdict = first_valid_call(record["raw_text"], request, surface, record["stopped_on_eos"])
     return {**record, "call": verdict.call, "reason": verdict.reason, "calls_parsed": verdict.calls_parsed,
             "syntax": verdict.syntax}
@@ -170,6 +185,39 @@ def trace_with_engine(teacher: TargetModel, sources: list[Any], request: Request
     stopped = bool(ids) and ids[-1] in teacher.eos_token_ids
     new = ids[:-1] if stopped else ids
     return Generation(teacher.tokenizer.decode(new, skip_special_tokens=False), len(new), stopped)
+
+
+def teacher_budgets(teacher: TargetModel, requests: list[Request], prompts: dict[str, list[int]],
+                    max_new_tokens: int) -> tuple[dict[str, int], dict[str, PromptTooLong]]:
+    """Each request's new-token budget in the teacher's context (`fit_budget`), and the requests
+    whose prompt leaves no room (refused, never decoded)."""
+    context = model_context(teacher.model)
+    budgets: dict[str, int] = {}
+    refused: dict[str, PromptTooLong] = {}
+    for request in requests:
+        try:
+            budgets[request.id] = fit_budget(len(prompts[request.id]), max_new_tokens, context, request.id)
+        except PromptTooLong as err:
+            refused[request.id] = err
+    return budgets, refused
+
+
+def answer_batch(teacher: TargetModel, sources: list[Any] | None, batch: list[Request], prompts: dict[str, list[int]],
+                 budgets: dict[str, int], max_new_tokens: int) -> dict[str, Generation]:
+    """The teacher's answers to the decodable requests of ``batch``, by id. With HF ``generate``
+    the requests with the full budget share one left-padded batch and a capped one runs alone
+    with its own budget, so no row is cut short by another's context."""
+    todo = [r for r in batch if r.id in budgets]
+    if sources is not None:
+        return {r.id: trace_with_engine(teacher, sources, r, budgets[r.id]) for r in todo}
+    full = [r for r in todo if budgets[r.id] == max_new_tokens]
+    out: dict[str, Generation] = {}
+    if full:
+        out.update(zip([r.id for r in full], generate_greedy(teacher, [prompts[r.id] for r in full], max_new_tokens)))
+    for request in todo:
+        if request.id not in out:
+            out[request.id] = generate_greedy(teacher, [prompts[request.id]], budgets[request.id])[0]
+    return out
 
 
 def subset(requests: list[Request], limit: int | None) -> list[Request]:
@@ -410,6 +458,7 @@ def run_teacher(
     if todo and teacher is None:
         teacher = profile_teacher(profile)
     prompts = {r.id: teacher.prompt_ids(r) for r in todo}
+    budgets, refused = teacher_budgets(teacher, todo, prompts, max_new_tokens)
     todo = length_windows(todo, lambda r: len(prompts[r.id]), window=8 * batch_size)
     generated, tokens, seconds = 0, 0, 0.0
     step = settings["batch_size"]
@@ -418,24 +467,27 @@ def run_teacher(
     for start in range(0, len(todo), step):
         batch = todo[start:start + step]
         began = time.perf_counter()
-        if sources is not None:
-            generations = [trace_with_engine(teacher, sources, r, max_new_tokens) for r in batch]
-        else:
-            generations = generate_greedy(teacher, [prompts[r.id] for r in batch], max_new_tokens)
+        answers = answer_batch(teacher, sources, batch, prompts, budgets, max_new_tokens)
         elapsed = time.perf_counter() - began
         records = []
-        for request, gen in zip(batch, generations):
-            verdict = first_valid_call(gen.text, request, teacher.surface_for(request), gen.stopped_on_eos)
+        for request in batch:
+            gen = answers.get(request.id, Generation("", 0, False))  # a refused request has no answer
+            budget = budgets.get(request.id, max_new_tokens)
+            if request.id in refused:
+                verdict = Verdict(None, refused[request.id].reason, 0, None)
+            else:
+                verdict = first_valid_call(gen.text, request, teacher.surface_for(request), gen.stopped_on_eos)
             records.append(TeacherRecord(
                 id=request.id, source=request.source, benchmark=request.benchmark, prompt_hash=request.prompt_hash,
                 raw_text=gen.text, call=verdict.call, reason=verdict.reason, calls_parsed=verdict.calls_parsed,
                 syntax=verdict.syntax,
                 prompt_tokens=len(prompts[request.id]), new_tokens=gen.new_tokens,
                 stopped_on_eos=gen.stopped_on_eos, seconds=round(elapsed / len(batch), 3),
+                capped_to=budget if budget < max_new_tokens else None,
             ).to_dict())
         append_jsonl(out, records)
         generated += len(batch)
-        tokens += sum(g.new_tokens for g in generations)
+        tokens += sum(g.new_tokens for g in answers.values())
         seconds += elapsed
         bar.update(len(batch))
         bar.set_postfix(s_per_req=f"{seconds / generated:.1f}")
