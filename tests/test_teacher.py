@@ -176,6 +176,14 @@ def test_frozen_traces_serve_any_arithmetic_and_are_re_derived_only_on_purpose(t
     again = _run(tiny_teacher, requests, limit=None, batch_size=1, rederive=True)
     assert again.stage.dir != run.stage.dir  # earlier local runs in this arithmetic count, the committed set not
     assert not any(r["origin"].startswith("committed") for r in again.records) and len(again.records) == 5
+    # a run whose every request is committed needs no teacher at all (make reproduce's 01)
+    from ooospec.training import teacher as teacher_module
+
+    with monkeypatch.context() as patched:
+        patched.setattr(teacher_module, "profile_teacher_settings", lambda *args, **kwargs: fp32)
+        patched.setattr(teacher_module, "profile_teacher", lambda profile: pytest.fail("the teacher was loaded"))
+        served = run_teacher(requests[:3], split="train", profile="cpu", limit=None, max_new_tokens=6, batch_size=1)
+    assert served.generated == 0 and len(served.records) == 3
     # the profile's own teacher is never loaded for a request without a committed trace
     other = [Request(id="unseen", benchmark="test", split="train", source="s", tools=TOOLS, gold=None,
                      messages=[{"role": "user", "content": "a request nobody traced"}])]

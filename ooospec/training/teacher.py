@@ -190,7 +190,9 @@ def trace_with_engine(teacher: TargetModel, sources: list[Any], request: Request
 def teacher_budgets(teacher: TargetModel, requests: list[Request], prompts: dict[str, list[int]],
                     max_new_tokens: int) -> tuple[dict[str, int], dict[str, PromptTooLong]]:
     """Each request's new-token budget in the teacher's context (`fit_budget`), and the requests
-    whose prompt leaves no room (refused, never decoded)."""
+    whose prompt leaves no room (refused, never decoded). Nothing to trace: no teacher needed."""
+    if not requests:
+        return {}, {}
     context = model_context(teacher.model)
     budgets: dict[str, int] = {}
     refused: dict[str, PromptTooLong] = {}
