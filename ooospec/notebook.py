@@ -30,11 +30,6 @@ def hide_parameter_cells(path: Path) -> int:
     return changed
 
 
-if __name__ == "__main__":
-    for arg in sys.argv[1:]:
-        hide_parameter_cells(Path(arg))
-
-
 def glue_markdown(key: str, text: str) -> None:
     """Glue ``text`` (markdown) under ``key`` for another page of the book to paste with
     ``{glue} key`` and ``:doc:``: such a pasted output is rendered from its HTML, so the markdown is
@@ -44,3 +39,8 @@ def glue_markdown(key: str, text: str) -> None:
     from myst_nb import glue
 
     glue(key, HTML(MarkdownIt("commonmark").render(text)), display=False)
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        hide_parameter_cells(Path(arg))

@@ -49,7 +49,6 @@ from ooospec.data.bfcl import language_of
 from ooospec.data.request import Call, Request
 
 BFCL_MODEL_NAME = "ooospec"  # the model name we give BFCL's checker (it only asks about dotted names)
-BFCL_AST_CATEGORIES = ("simple", "multiple", "parallel", "parallel_multiple")
 
 
 @dataclass

@@ -244,27 +244,6 @@ def open_final_turn_probe() -> tuple[pd.DataFrame, dict[str, Any]]:
     return table, json.loads((folder / "provenance.json").read_text())
 
 
-def slice_accuracy(records: list[dict[str, Any]], profile: str = "cpu") -> pd.DataFrame:
-    """Does the target write a call? AR's output of each slice request parsed in the target's
-    frozen surface and scored against gold (`ooospec.bench.accuracy`): parse rate, name match,
-    exact match (API-Bank, ToolAlpaca) or BFCL's own checker. Every method writes AR's output."""
-    from ooospec.bench.accuracy import accuracy_table, score_text
-
-    requests: dict[str, Any] = {}
-    scored = []
-    for record in records:
-        if record["method"] != "ar":
-            continue
-        benchmark = _split_name(record["benchmark"])
-        if benchmark not in requests:
-            requests[benchmark] = {r.id: r for r in load_split(benchmark)}
-        target = cached_target(record["target"], profile)
-        text = target.tokenizer.decode([t for t in record["output_ids"] if t not in target.eos_token_ids],
-                                       skip_special_tokens=False)
-        scored.append(score_text(requests[benchmark][record["id"]], text, target.surface, target=record["target"]))
-    return accuracy_table(scored, by=("target", "benchmark"))
-
-
 def arithmetic_table(points: list[dict[str, Any]], rows: tuple[int, ...] = (2, 8, 17, 33, 65)) -> pd.DataFrame:
     """`arithmetic_study` as a readable table: step (ms), prefill (s), cost of r rows / one row."""
     table = pd.DataFrame([{

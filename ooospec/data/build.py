@@ -144,13 +144,6 @@ def load_split(name: str, include_live: bool = False) -> list[Request]:
     return list(read_requests(stage.path(f"{name}.jsonl")))
 
 
-def split_path(name: str, include_live: bool = False) -> Path:
-    stage = data_stage(include_live)
-    if not stage.done:
-        build_data(include_live=include_live)
-    return stage.path(f"{name}.jsonl")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--include-live", action="store_true", help="add BFCL live_* categories")

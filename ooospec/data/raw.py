@@ -37,10 +37,6 @@ APIBANK_TEST_COMMIT = "5d5a2d40b2e6b6998a06961cc43ad0a8c069b153"  # test-data/, 
 APIBANK_HEAD_COMMIT = "483554eae102996f5ec1f4feab4e78ef29c2a394"  # everything else in api-bank/
 TOOLALPACA_COMMIT = "189069998d64a7baf1b4a1c3c4b2e75eb9d05532"
 GORILLA_COMMIT = "6ea57973c7a6097fd7c5915698c54c17c5b1b6c8"
-BFCL_WHEELS = {
-    "bfcl_eval-2026.3.23": "3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a",
-    "bfcl_eval-2025.8.6.2": "fdb996ac963ed1c6fce1eb4884053aae4a6de282fb931665a46dbeed204a228d",
-}
 TRAIN_EXTRA_REPOS = {  # folder under train-extra/ -> (GitHub repo, commit)
     "seal-tools": ("fairyshine/Seal-Tools", "ce753ecd60ed08dd376984035de531ab8421f1c6"),
     "toolrl-rlla": ("qiancheng0/ToolRL", "8cee13ec0ca72f0461da372a93a6fd8140dbb840"),

@@ -113,18 +113,6 @@ def store_qwen_evidence(rows: list[dict[str, Any]], note: str) -> dict[str, Any]
     return data
 
 
-def rederive_from_traces(trace_records: list[dict[str, Any]], note: str) -> dict[str, Any]:
-    """Re-derive the Qwen rendering's variant choice from the teacher's traces of dev requests.
-
-    The teacher of the cpu profile *is* the Qwen target (same weights, prompt style, arithmetic),
-    so its greedy dev answers are exactly the observations the rendering needs, on requests that
-    are not evaluation requests."""
-    variants = qwen_layouts()
-    rows = [observation(r["id"], r["benchmark"], r["source"], r["raw_text"], r["stopped_on_eos"], variants)
-            for r in trace_records]
-    return store_qwen_evidence(rows, note)
-
-
 def rederive_qwen_rendering(per_benchmark: int = 12, profile: str = "cpu", seed: int = 0,
                             max_new_tokens: int = 200) -> dict[str, Any]:
     """Re-derive the Qwen rendering's variant choice by decoding ``per_benchmark`` dev requests

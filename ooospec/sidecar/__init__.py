@@ -3,7 +3,7 @@
 `slots` is its row format (a call -> function-index / argument-or-null / direct-call rows);
 `predictor.SlotPredictor` answers a request's rows in one batched generation and `join.join_rows`
 turns the answers into the compact semantic call; `metrics` scores waves against reference calls;
-`required_slots` compares the required-slot rule with raw answers; `latency` times the wave
+`latency` times the wave
 against the target; `base` loads the profile's sidecar base. `protocol` is all the asynchronous
 `service` knows of a predictor; `specs` writes the recipes of the trained sidecar, the oracle and
 the fault injectors (`oracle`). Training the adapter is `ooospec.training.sidecar`.

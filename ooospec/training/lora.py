@@ -11,8 +11,8 @@ loss and gradient). Single-branch examples are batched, sorted by length so padd
 Loss is the mean negative log-likelihood over completion tokens of one optimizer step; no prompt
 token is ever a label (`completion_labels`). Training is one pass by default, with a fixed seed,
 checkpoints every few steps (an interrupted run resumes at the same step with the same batch
-order) and a loss curve saved as JSON and PNG. `freeze_adapter` saves the final adapter with its
-sha256; `load_frozen_adapter` refuses an adapter whose files no longer match.
+order) and a loss curve saved as JSON and PNG. Freezing the final adapter with its sha256, and
+refusing one whose files no longer match, is `ooospec.models.adapters`.
 """
 
 from __future__ import annotations

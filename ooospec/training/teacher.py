@@ -547,13 +547,6 @@ def throughput(records: list[dict[str, Any]]) -> dict[str, float]:
             "prompt_tokens_mean": round(sum(r["prompt_tokens"] for r in own) / max(len(own), 1), 1)}
 
 
-def load_traces(split: str = "train", profile: str = "cpu", limit: int | None = DEFAULT_LIMIT, **kwargs: Any) -> list[dict[str, Any]]:
-    """Teacher records of a data split (runs or resumes the stage; reuses committed traces)."""
-    from ooospec.data import load_split
-
-    return run_teacher(load_split(split), split=split, profile=profile, limit=limit, **kwargs).records
-
-
 def code_commit() -> str | None:
     """The git commit of the code that made an artifact (None outside a checkout)."""
     import subprocess
@@ -669,10 +662,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"committed {where}")
 
 
-if __name__ == "__main__":
-    main()
-
-
 def arithmetic_sentence(records: list[dict[str, Any]], profile: str) -> str:
     """Which arithmetic made these trace records, beside what this machine would run the teacher in:
     the committed traces are frozen, so the two may differ (bf16 traces read on an fp32 machine)."""
@@ -702,3 +691,7 @@ def committed_sets() -> list[dict[str, Any]]:
                      "arithmetic": config.get("generation", {}).get("dtype"),
                      "code commit": (provenance.get("code_commit") or "")[:10]})
     return rows
+
+
+if __name__ == "__main__":
+    main()
