@@ -51,3 +51,18 @@ class FaultyPredictor:
         if self.fault == "garbage":
             return Prediction(call='{"name": "f", "arguments": {"x": ', detail={"fault": "garbage"})
         return Prediction(call={"name": "no_such_function_anywhere", "arguments": {}}, detail={"fault": "unknown"})
+
+
+class DiesWhileStarting:
+    """A sidecar whose process ends before it is ready: with ``exit_code`` after writing
+    ``message`` to stderr, or killed by ``signal`` (the startup fault tests)."""
+
+    def __init__(self, exit_code: int = 7, message: str = "", signal: int | None = None):
+        import sys
+
+        if message:
+            print(message, file=sys.stderr, flush=True)
+        if signal is not None:
+            os.kill(os.getpid(), signal)
+            time.sleep(60)
+        os._exit(exit_code)

@@ -12,6 +12,11 @@ to a `SidecarResult` with `error` set, and the hint bank simply offers nothing.
 Placements (for the ablations): ``process`` (default), ``thread`` (in-process, sharing the
 target's torch threads). ``cpu_affinity`` pins the sidecar process to given cores, so "own core"
 vs "the target's core" is one parameter.
+
+The process is watched both ways. It exits on its own within `PARENT_POLL_S` of its parent's
+death (a killed bench or Ray worker must not leave a loaded model behind), and a sidecar that
+dies while starting is reported at once with its exit code and the end of its stderr (kept in a
+file for that), instead of after the whole startup timeout.
 """
 
 from __future__ import annotations
@@ -20,14 +25,26 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import sys
+import tempfile
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 from ooospec.data.request import Request
 from ooospec.sidecar.protocol import MODES, Predictor, PredictorSpec
+
+PARENT_POLL_S = 0.5  # how often the sidecar process checks that its parent is still there
+STARTUP_POLL_S = 0.2  # how often the parent checks, while waiting for ready, that the sidecar lives
+STDERR_TAIL = 2000  # characters of a dead sidecar's stderr quoted in the error
+
+
+class SidecarStartError(RuntimeError):
+    """The sidecar could not start: its model failed to build, or its process died first."""
 
 @dataclass
 class SidecarResult:
@@ -76,9 +93,22 @@ def _run_job(predictor: Predictor, job: dict[str, Any]) -> dict[str, Any]:
     return out.to_dict()
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """End this process (freeing its model) soon after its parent is gone: a daemon thread polls
+    the parent pid, since the main thread blocks on the job queue, which a dead parent never closes."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="sidecar-parent-watch", daemon=True).start()
+
+
 def _serve(spec: PredictorSpec, jobs: Any, results: Any, threads: int | None,
-           affinity: list[int] | None) -> None:
+           affinity: list[int] | None, parent_pid: int | None = None) -> None:
     """Sidecar process main: build the predictor once, then answer jobs until told to stop."""
+    if parent_pid is not None:
+        _exit_with_parent(parent_pid)
     if affinity:
         os.sched_setaffinity(0, set(affinity))
     import torch
@@ -130,19 +160,55 @@ class SidecarService:
         if self.placement == "process":
             ctx = mp.get_context("spawn")
             self._jobs, self._out = ctx.Queue(), ctx.Queue()
-            self._worker = ctx.Process(target=_serve, daemon=True,
-                                       args=(self.spec, self._jobs, self._out, self.threads, self.cpu_affinity))
+            self._worker = ctx.Process(target=_serve, daemon=True, args=(
+                self.spec, self._jobs, self._out, self.threads, self.cpu_affinity, os.getpid()))
+            handle, name = tempfile.mkstemp(prefix="ooospec-sidecar-", suffix=".stderr")
+            os.close(handle)
+            self._stderr = Path(name)
+            with _stderr_to(self._stderr):  # the child inherits it from its first instruction on
+                self._worker.start()
         else:
             self._jobs, self._out = queue.Queue(), queue.Queue()
             self._worker = threading.Thread(target=_serve, daemon=True,
                                             args=(self.spec, self._jobs, self._out, None, None))
-        self._worker.start()
-        hello = self._out.get(timeout=self.startup_timeout_s)
+            self._worker.start()
+        hello = self._await_ready()
         if not hello.get("ready"):
             self.stop()
-            raise RuntimeError(f"sidecar failed to start: {hello.get('error')}\n{hello.get('trace', '')}")
+            raise SidecarStartError(f"sidecar failed to start: {hello.get('error')}\n{hello.get('trace', '')}")
         self.pid = hello.get("pid")
         return self
+
+    def _await_ready(self) -> dict[str, Any]:
+        """The worker's first message; a worker that dies first is reported at once, with its exit
+        code and the end of its stderr, not after ``startup_timeout_s``."""
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            try:
+                return self._out.get(timeout=STARTUP_POLL_S)
+            except queue.Empty:
+                pass
+            if not self._worker.is_alive():
+                try:  # it may have said ready (or why not) just before it ended
+                    return self._out.get(timeout=STARTUP_POLL_S)
+                except queue.Empty:
+                    code = getattr(self._worker, "exitcode", None)
+                    tail = self.stderr_tail()
+                    self.stop()
+                    raise SidecarStartError(f"sidecar process died while starting (exit code {code})"
+                                            + (f"; the end of its stderr:\n{tail}" if tail else "; it wrote no stderr"))
+            if time.monotonic() > deadline:
+                tail = self.stderr_tail()
+                self.stop()
+                raise SidecarStartError(f"sidecar did not say ready within {self.startup_timeout_s:.0f} s"
+                                        + (f"; the end of its stderr:\n{tail}" if tail else ""))
+
+    def stderr_tail(self) -> str:
+        """The last `STDERR_TAIL` characters the sidecar process wrote to stderr ('' for a thread)."""
+        path = getattr(self, "_stderr", None)
+        if path is None or not path.exists():
+            return ""
+        return path.read_text(encoding="utf-8", errors="replace")[-STDERR_TAIL:].strip()
 
     def stop(self) -> None:
         if self._worker is None:
@@ -154,6 +220,10 @@ class SidecarService:
             self._worker.kill()
             self._worker.join(timeout=10)
         self._worker = None
+        stderr = getattr(self, "_stderr", None)
+        if stderr is not None:
+            stderr.unlink(missing_ok=True)
+            self._stderr = None
 
     def restart(self) -> None:
         self.stop()
@@ -218,6 +288,20 @@ class SidecarService:
         idle = not self._pending
         self._pending.clear()
         return idle
+
+
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """File descriptor 2 points at ``path`` inside the block (a spawned child inherits it)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as handle:
+        os.dup2(handle.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def failed_result(request_id: str, submitted_at: float, why: str, now: float) -> SidecarResult:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from ooospec.sidecar.oracle import FaultyPredictor, OraclePredictor
+from ooospec.sidecar.oracle import DiesWhileStarting, FaultyPredictor, OraclePredictor
 from ooospec.sidecar.predictor import SlotWavePredictor
 from ooospec.sidecar.protocol import PredictorSpec
 
@@ -29,3 +29,8 @@ def oracle_sidecar(calls: Mapping[str, dict[str, Any]], wave_s: float = 0.0) -> 
 def faulty_sidecar(fault: str, after_s: float = 0.0) -> PredictorSpec:
     """A sidecar that crashes, hangs, raises or returns garbage (the fault tests)."""
     return PredictorSpec(FaultyPredictor, {"fault": fault, "after_s": after_s})
+
+
+def dying_sidecar(exit_code: int = 7, message: str = "", signal: int | None = None) -> PredictorSpec:
+    """A sidecar whose process dies before it says ready (the startup fault tests)."""
+    return PredictorSpec(DiesWhileStarting, {"exit_code": exit_code, "message": message, "signal": signal})
