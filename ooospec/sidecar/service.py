@@ -260,7 +260,9 @@ class SidecarService:
         now = time.monotonic()
         if not self.alive:
             code = getattr(self._worker, "exitcode", None)
-            return failed_result(request_id, submitted_at, f"sidecar worker died (exit code {code})", now)
+            tail = self.stderr_tail()[-300:]
+            return failed_result(request_id, submitted_at, f"sidecar worker died (exit code {code})"
+                                 + (f"; its stderr ends: {tail}" if tail else ""), now)
         if now - submitted_at > self.timeout_s:
             return failed_result(request_id, submitted_at, f"sidecar timed out after {self.timeout_s:.1f} s", now)
         return None
