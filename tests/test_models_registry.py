@@ -125,6 +125,8 @@ def test_unavailable_placement_falls_back_with_one_line(capsys, monkeypatch):
     spec = load_profile("gpu-small").models["smollm2-135m-instruct"]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(loading, "bf16_supported_on_cpu", lambda: False)
+    monkeypatch.setattr(loading, "_SAID", set())  # what this process has already been told
     assert loading.runtime_placement(spec) == ("float32", "cpu")
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "no CUDA device" in err[0] and "no native bf16 kernels" in err[1]
+    assert loading.runtime_placement(spec) == ("float32", "cpu") and not capsys.readouterr().err  # said once

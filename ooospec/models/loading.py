@@ -292,11 +292,18 @@ def bf16_supported_on_cpu() -> bool:
         return False
 
 
+_SAID: set[str] = set()
+
+
 def runtime_placement(spec: ModelSpec, quiet: bool = False) -> tuple[str, str]:
     """(dtype, device) the model runs in: the profile's, or the plain fp32-on-CPU path with one
     line saying why (unless ``quiet``) when this machine or torch build cannot run the profile's choice."""
     dtype, device = spec.dtype, spec.device
-    say = (lambda message: None) if quiet else (lambda message: print(message, file=sys.stderr))
+    def say(message: str) -> None:  # once per process: a chapter asks many times, a reader needs it once
+        if not quiet and message not in _SAID:
+            _SAID.add(message)
+            print(message, file=sys.stderr)
+
     if device.startswith("cuda") and not torch.cuda.is_available():
         say(f"model {spec.name!r}: device {device!r} requested but torch sees no CUDA device; running on cpu")
         device = "cpu"
