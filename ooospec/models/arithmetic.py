@@ -109,15 +109,10 @@ class Arithmetic:
 
 def arithmetic_of(spec: Any) -> Arithmetic:
     """The arithmetic a model of this `ModelSpec` runs in on this machine (no model load)."""
-    import torch
-
-    from ooospec.models.loading import bf16_supported_on_cpu, runtime_placement
+    from ooospec.models.loading import runtime_placement
 
     dtype, device = runtime_placement(spec, quiet=True)
-    return Arithmetic(dtype=dtype, requested=spec.dtype, device=device, cpu=cpu_model(),
-                      cpu_capability=cpu_capability(), bf16_kernels=bf16_supported_on_cpu(),
-                      cores=os.cpu_count() or 1,
-                      torch=torch.__version__)
+    return _on_this_machine(dtype, spec.dtype, device)
 
 
 def profile_arithmetic(profile: str, role: str = "target") -> Arithmetic:
@@ -135,16 +130,20 @@ def profile_arithmetic(profile: str, role: str = "target") -> Arithmetic:
 def running_arithmetic(model: Any, requested: str | None = None) -> Arithmetic:
     """The arithmetic of an already loaded model (its parameters' dtype and device) on this machine;
     ``requested`` is the profile's wish where the caller knows it."""
+    parameter = next(model.parameters())
+    dtype = str(parameter.dtype).removeprefix("torch.")
+    return _on_this_machine(dtype, requested or dtype, str(parameter.device))
+
+
+def _on_this_machine(dtype: str, requested: str, device: str) -> Arithmetic:
+    """An `Arithmetic` with this machine's CPU facts filled in."""
     import torch
 
     from ooospec.models.loading import bf16_supported_on_cpu
 
-    parameter = next(model.parameters())
-    dtype = str(parameter.dtype).removeprefix("torch.")
-    return Arithmetic(dtype=dtype, requested=requested or dtype, device=str(parameter.device), cpu=cpu_model(),
+    return Arithmetic(dtype=dtype, requested=requested, device=device, cpu=cpu_model(),
                       cpu_capability=cpu_capability(), bf16_kernels=bf16_supported_on_cpu(),
-                      cores=os.cpu_count() or 1,
-                      torch=torch.__version__)
+                      cores=os.cpu_count() or 1, torch=torch.__version__)
 
 
 def sentences(arithmetics: Any) -> str:

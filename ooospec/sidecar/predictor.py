@@ -102,19 +102,18 @@ class NullBan:
     arithmetic with the tiny test tokenizer)."""
 
     def __init__(self, tokenizer: Any, width: int):
-        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=False)
-        self.starts_null = torch.zeros(width, dtype=torch.bool)
-        self.blank = torch.zeros(width, dtype=torch.bool)
-        for i, text in enumerate(texts[:width]):
-            self.starts_null[i] = text.lstrip().startswith("n")
-            self.blank[i] = text.strip() == ""
+        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=False)[:width]
+        pad = [False] * (width - len(texts))  # logits wider than the tokenizer: ids no text decodes to
+        self.starts_null = torch.tensor([t.lstrip().startswith("n") for t in texts] + pad)
+        self.blank = torch.tensor([t.strip() == "" for t in texts] + pad)
+        self._banned = self.starts_null.nonzero().squeeze(-1)  # column indices, computed once
 
     def apply(self, logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """``logits`` with null's openings banned on the flagged ``rows`` (a bool mask)."""
         if not bool(rows.any()):
             return logits
         logits = logits.clone()
-        logits[rows.nonzero().squeeze(-1).unsqueeze(-1), self.starts_null.nonzero().squeeze(-1)] = float("-inf")
+        logits[rows.nonzero().squeeze(-1).unsqueeze(-1), self._banned] = float("-inf")
         return logits
 
 
@@ -199,6 +198,8 @@ class SlotPredictor:
                 break
             if guard is not None:
                 guard = guard & self._null_ban.blank[torch.tensor(chosen)]
+                if not bool(guard.any()):  # every flagged row has written a character: no more checks
+                    guard = None
             if len(still) < len(active):
                 keep = torch.tensor(still)
                 if guard is not None:

@@ -667,8 +667,8 @@ def arithmetic_sentence(records: list[dict[str, Any]], profile: str) -> str:
     the committed traces are frozen, so the two may differ (bf16 traces read on an fp32 machine)."""
     from ooospec.models.arithmetic import arithmetic_of, short_name
 
-    made = Counter(short_name(r.get("arithmetic") or profile_teacher_settings(profile, DEFAULT_MAX_NEW_TOKENS,
-                                                                             DEFAULT_BATCH_SIZE)[ARITHMETIC_SETTING])
+    unrecorded = profile_teacher_settings(profile, DEFAULT_MAX_NEW_TOKENS, DEFAULT_BATCH_SIZE)[ARITHMETIC_SETTING]
+    made = Counter(short_name(r.get("arithmetic") or unrecorded)
                    for r in records if str(r.get("origin", "")).startswith("committed"))
     here = arithmetic_of(load_profile(profile).model("teacher")).sentence()
     used = ", ".join(f"{n:,} in {a}" for a, n in made.most_common()) or "none"
