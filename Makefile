@@ -11,6 +11,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PROFILE ?= cpu
+# `make reproduce`'s time budget in minutes (0: the full plan, whatever it costs on this machine)
+MINUTES ?= 90
 CHAPTERS := book/chapters
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 EXECUTED := $(patsubst notebooks/%,$(CHAPTERS)/%,$(NOTEBOOKS))
@@ -24,12 +26,13 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup data models reproduce notebooks book sweep test unit smoke clean distclean browser help retrace
+.PHONY: setup data models reproduce notebooks book sweep test unit smoke clean distclean browser help retrace plan
 
 help:
 	@echo "make reproduce   run every stage (papermill) and build the book (PROFILE=$(PROFILE))"
 	@echo "make test        unit tests, smoke run of every notebook, book build, page check"
 	@echo "make sweep       the full-size bench + ablations as Ray tasks (RAY_ADDRESS, else local), then the book"
+	@echo "make plan        re-measure this machine and re-plan make reproduce within MINUTES=$(MINUTES) (0: no budget)"
 	@echo "make retrace     re-derive the frozen teacher traces in this machine's arithmetic (days on 2 cores)"
 	@echo "make setup | data | models | book | clean | distclean"
 
@@ -61,11 +64,27 @@ models: setup
 $(CHAPTERS)/%.ipynb: notebooks/%.ipynb $(STAMP)
 	set -e
 	mkdir -p $(CHAPTERS)
-	OOOSPEC_NO_PROGRESS=1 $(BIN)/papermill -k python3 --cwd notebooks $< $@.tmp -p profile $(PROFILE)
+	OOOSPEC_NO_PROGRESS=1 $(BIN)/papermill -k python3 --cwd notebooks $< $@.tmp -p profile $(PROFILE) \
+		$$(test -f $(PLAN_DIR)/$*.yaml && echo -f $(CURDIR)/$(PLAN_DIR)/$*.yaml)
 	$(BIN)/python -m ooospec.notebook $@.tmp
 	mv $@.tmp $@
 
 notebooks: $(EXECUTED)
+
+# The time plan (ooospec.bench.reproduce_plan): a short calibration of this machine, the estimate of
+# every stage, and the stated reductions that bring it within MINUTES. Made once, after the data
+# chapter (it times a dev request); every later chapter runs with its parameter file, if any.
+PLAN_DIR := artifacts/reproduce-plan
+PLAN := $(PLAN_DIR)/plan.json
+
+$(PLAN): | $(CHAPTERS)/00_data.ipynb
+	$(BIN)/python -m ooospec.bench.reproduce_plan --profile $(PROFILE) --minutes $(MINUTES) --out $(PLAN_DIR)
+
+$(filter-out $(CHAPTERS)/00_data.ipynb,$(EXECUTED)): $(PLAN)
+
+plan: setup $(CHAPTERS)/00_data.ipynb
+	rm -f $(PLAN)
+	$(MAKE) $(PLAN)
 
 # The committed teacher traces are frozen assets that `make reproduce` reads on any CPU; re-tracing
 # them is a choice, made here in the local arithmetic into a stage of its own (resumable).

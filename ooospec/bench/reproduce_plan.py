@@ -1,0 +1,424 @@
+"""`make reproduce` within a time budget: calibrate this machine, estimate every stage, state what is cut.
+
+The same notebooks take 51 minutes on the avx512_bf16 CPU and about three hours on a 2-core AVX2
+one (fp32; a verify forward costs 3.9x a step there, against 1.3x). So before the first chapter
+runs, `make reproduce` measures this machine for a few seconds per target (a one-row step, a
+verify forward at the tree budget the bench will choose, a prefill; on one and on two threads),
+multiplies those times by the work each chapter does (request counts from its parameters, output
+and prompt lengths and forwards per method from the committed lossless audit), and prints the
+estimate per stage. Where the estimate exceeds the budget, reductions are applied in a fixed order,
+each with its reason, until it fits:
+
+1. PLD leaves the results bench (the paper evaluates no PLD; 03's committed audit still shows it);
+2. the ablations chapter drops its budget sweep (03 runs ToolSpec's, and the bench's budget is
+   chosen per machine by `ooospec.bench.tree_budget`);
+3. the sidecar chapter times half as many dev requests;
+4. one untimed warm-up request per target instead of two;
+5. n per benchmark goes down in steps of 5 (never below 10).
+
+If even that is over the budget, the plan says so and runs anyway: nothing else is cut silently.
+
+The plan is written as papermill parameter files, one per notebook, and every chapter that runs
+under a reduced plan prints its reasons (the ``plan`` parameter). A user's own ``papermill`` run
+takes the notebook's defaults; ``make reproduce MINUTES=0`` runs the full plan whatever it costs.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ooospec.bench.methods import MethodSpec, ablation_methods, budget_methods
+from ooospec.bench.sweep import notebook_parameters
+from ooospec.paths import artifacts_dir
+
+AUDIT_DIR = ("committed", "lossless-audit")
+PLAN_FILE = "plan.json"
+MIN_REQUESTS = 10
+# 02's timed sections in Qwen prefills of a mean dev prompt, fitted on the AVX2 fresh clone (d5db038):
+# one request in four sidecar modes took 39 s, one latency request against the target 45 s, with an
+# 8.4 s prefill; the rest of the chapter (load, served examples) about a minute
+SIDECAR_MODE_PREFILLS = 4.7
+SIDECAR_LATENCY_PREFILLS = 5.3
+SIDECAR_FIXED_S = 60.0
+BOOK_S = 150.0  # jupyter-book build of every chapter
+LOAD_S = 15.0  # a target load, a sidecar start, the budget choice: per slice
+
+
+@dataclass(frozen=True)
+class Speed:
+    """A target's forward times on this machine (seconds; minimum of a few repeats)."""
+
+    target: str
+    step_s: float  # a one-row decode step, one thread
+    step_2t_s: float  # the same on two threads
+    verify_s: dict[int, float]  # draft nodes -> verify forward, one thread
+    verify_2t_s: dict[int, float]
+    prefill_token_s: float  # prefill time per prompt token, one thread
+    prefill_2t_token_s: float
+    nodes: int  # the tree budget the bench will choose here
+    calibrate_s: float = 0.0
+
+    def verify(self, nodes: int | None = None, both_cores: bool = False) -> float:
+        """Verify time at ``nodes`` (None: the chosen budget), interpolated between measured sizes."""
+        curve = self.verify_2t_s if both_cores else self.verify_s
+        nodes = self.nodes if nodes is None else nodes
+        sizes = sorted(curve)
+        if nodes in curve:
+            return curve[nodes]
+        below = max([s for s in sizes if s < nodes], default=sizes[0])
+        above = min([s for s in sizes if s > nodes], default=sizes[-1])
+        if above == below:
+            return curve[below] * nodes / below if below else curve[below]
+        share = (nodes - below) / (above - below)
+        return curve[below] + share * (curve[above] - curve[below])
+
+
+@dataclass(frozen=True)
+class Work:
+    """Mean work of one request for one target (from the committed audit, lengths scaled to the cap)."""
+
+    prompt_tokens: float
+    tokens: float
+    forwards: dict[str, float]  # ar, pld, toolspec (at the audit's 16 nodes)
+
+
+@dataclass
+class StageEstimate:
+    stage: str
+    seconds: float
+    detail: str = ""
+
+
+@dataclass
+class ReproducePlan:
+    """What `make reproduce` runs on this machine, why, and how long it is expected to take."""
+
+    minutes: float | None  # the budget; None: the full plan whatever it costs
+    arithmetic: str
+    speeds: list[Speed]
+    full: list[StageEstimate]
+    planned: list[StageEstimate]
+    overrides: dict[str, dict[str, Any]]  # notebook -> papermill parameters
+    reasons: list[str] = field(default_factory=list)
+    fits: bool = True
+
+    @property
+    def full_minutes(self) -> float:
+        return sum(s.seconds for s in self.full) / 60
+
+    @property
+    def planned_minutes(self) -> float:
+        return sum(s.seconds for s in self.planned) / 60
+
+    def note(self) -> str:
+        """The sentence a chapter prints when it runs under this plan."""
+        head = (f"`make reproduce` plan for {self.arithmetic}: the full plan was estimated at "
+                f"{self.full_minutes:.0f} min, over the {self.minutes:.0f}-minute budget, so: ")
+        return head + "; ".join(self.reasons) + f" (estimate now {self.planned_minutes:.0f} min)."
+
+    def lines(self) -> list[str]:
+        rows = [f"reproduce plan on {self.arithmetic}"]
+        for speed in self.speeds:
+            rows.append(f"  {speed.target}: step {speed.step_s * 1e3:.0f} ms, verify@{speed.nodes} "
+                        f"{speed.verify() / speed.step_s:.1f}x, prefill {speed.prefill_token_s * 1e3:.1f} ms/token "
+                        f"(measured in {speed.calibrate_s:.0f} s)")
+        full = {s.stage: s for s in self.full}
+        for stage in self.planned:
+            before = full[stage.stage].seconds
+            changed = f" (full plan {before / 60:.1f})" if abs(before - stage.seconds) > 1 else ""
+            rows.append(f"  {stage.stage:<14} {stage.seconds / 60:6.1f} min{changed}  {stage.detail}")
+        rows.append(f"  {'total':<14} {self.planned_minutes:6.1f} min (full plan {self.full_minutes:.1f} min"
+                    + (f", budget {self.minutes:.0f} min)" if self.minutes else ", no budget)"))
+        rows += [f"  reduced: {r}" for r in self.reasons]
+        if not self.fits:
+            rows.append(f"  the least plan is still over {self.minutes:.0f} min: it runs anyway")
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "note": self.note() if self.reasons else "", "full_minutes": round(self.full_minutes, 1),
+                "planned_minutes": round(self.planned_minutes, 1)}
+
+
+# ---------------------------------------------------------------- work counts
+
+
+def audit_work(target: str, max_new_tokens: int, directory: Path | None = None) -> dict[str, Work]:
+    """Per benchmark, the mean prompt, output and forwards per method of the committed audit; outputs
+    the audit cut at its cap are scaled to ``max_new_tokens``. A target without an audit (a test
+    model) gets a generic request (600-token prompt, half the cap written, ToolSpec at 3 per forward)."""
+    directory = directory or artifacts_dir().joinpath(*AUDIT_DIR)
+    provenance = directory / "provenance.json"
+    files = list(directory.glob(f"{target}-*.jsonl"))
+    if not files or not provenance.exists():
+        tokens = max_new_tokens / 2
+        generic = Work(600.0, tokens, {"ar": tokens, "pld": tokens / 2, "toolspec": tokens / 3})
+        return {b: generic for b in ("apibank", "toolalpaca", "bfcl")}
+    cap = next(s["config"]["max_new_tokens"] for s in json.loads(provenance.read_text())["sets"].values())
+    records = [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+    work = {}
+    for benchmark in sorted({r["benchmark"] for r in records}):
+        own = [r for r in records if r["benchmark"] == benchmark]
+        scale = {r["id"]: (max_new_tokens / cap if r["finish"] == "length" else 1.0)
+                 for r in own if r["method"] == "ar"}
+        forwards = {}
+        for method in ("ar", "pld", "toolspec"):
+            rows = [r for r in own if r["method"] == method]
+            forwards[method] = statistics.mean(r["forwards"] * scale.get(r["id"], 1.0) for r in rows)
+        ar = [r for r in own if r["method"] == "ar"]
+        work[benchmark] = Work(statistics.mean(r["prompt_tokens"] for r in ar),
+                               statistics.mean(min(r["tokens"] * scale[r["id"]], max_new_tokens) for r in ar),
+                               forwards)
+    return work
+
+
+def dev_work(work: dict[str, Work]) -> Work:
+    """Dev requests are drawn from the same sources: the mean of the benchmarks."""
+    items = list(work.values())
+    return Work(statistics.mean(w.prompt_tokens for w in items), statistics.mean(w.tokens for w in items),
+                {m: statistics.mean(w.forwards[m] for w in items) for m in items[0].forwards})
+
+
+# ---------------------------------------------------------------- the estimate
+
+
+def method_seconds(spec: MethodSpec, work: Work, speed: Speed, mat: dict[int, float] | None = None) -> float:
+    """One decode of one request by ``spec`` (its own prefill included where it does not share one)."""
+    both = spec.both_cores
+    seconds = 0.0
+    if not spec.shares_prefill:
+        seconds += work.prompt_tokens * (speed.prefill_2t_token_s if both else speed.prefill_token_s)
+    if spec.base == "ar":
+        return seconds + work.forwards["ar"] * (speed.step_2t_s if both else speed.step_s)
+    forwards = work.forwards["pld" if spec.base == "pld" else "toolspec"]
+    nodes = spec.budget or speed.nodes
+    if mat and spec.base != "pld" and nodes in mat and 16 in mat:
+        forwards *= mat[16] / mat[nodes]  # the audit ran at 16 nodes
+    seconds += forwards * speed.verify(nodes, both)
+    return seconds + spec.delay_s
+
+
+def slice_seconds(methods: list[str], work: Work, speed: Speed, requests: int, warmup: int,
+                  mat: dict[int, float] | None = None) -> float:
+    """A bench slice: the shared prefill once per request, every method's decode, the warm-up."""
+    specs = [MethodSpec.parse(m) for m in methods]
+    shared = work.prompt_tokens * speed.prefill_token_s if any(s.shares_prefill for s in specs) else 0.0
+    per_request = shared + sum(method_seconds(s, work, speed, mat) for s in specs)
+    short = replace(work, forwards={k: min(v, 16.0) for k, v in work.forwards.items()})
+    per_warmup = sum(method_seconds(s, short, speed, mat) + (0 if not s.shares_prefill else
+                                                               work.prompt_tokens * speed.prefill_token_s)
+                     for s in specs)
+    return requests * per_request + warmup * per_warmup + LOAD_S
+
+
+def bench_seconds(params: dict[str, Any], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
+                  mats: dict[str, dict[int, float]], methods: list[str] | None = None) -> float:
+    methods = methods if methods is not None else params["methods"]
+    total = 0.0
+    for target in params["targets"]:
+        for benchmark in params["benchmarks"]:
+            work = works[target].get(benchmark) or dev_work(works[target])
+            total += slice_seconds(methods, work, speeds[target], params["requests"], params["warmup"], mats.get(target))
+    return total
+
+
+def sweep_seconds(methods: list[str], targets: list[str], requests: int, speeds: dict[str, Speed],
+                  works: dict[str, dict[str, Work]], mats: dict[str, dict[int, float]], warmup: int = 0) -> float:
+    """A budget sweep on dev requests."""
+    return sum(slice_seconds(methods, dev_work(works[t]), speeds[t], requests, warmup, mats.get(t)) for t in targets)
+
+
+def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
+             mats: dict[str, dict[int, float]]) -> list[StageEstimate]:
+    """Seconds per notebook for the given notebook parameters (03/04/07 read 05's run, decoded in 03)."""
+    qwen = speeds.get("qwen2.5-coder-0.5b") or next(iter(speeds.values()))
+    qwen_work = dev_work(works.get(qwen.target) or next(iter(works.values())))
+    prefill = qwen_work.prompt_tokens * qwen.prefill_token_s
+    side = params["02_sidecar"]
+    sidecar = (SIDECAR_FIXED_S + side["mode_requests"] * SIDECAR_MODE_PREFILLS * prefill
+               + side["latency_requests"] * SIDECAR_LATENCY_PREFILLS * prefill)
+    bench = params["05_bench"]
+    studies = params["03_toolspec"]
+    study_targets = [t for t in studies["targets"] if t in speeds]
+    study_s = 0.0
+    for t in study_targets:
+        speed = speeds[t]
+        warm = sum(speed.verify(n) for n in studies["cost_sizes"] if n)
+        study_s += (studies["cost_repeats"] + 1) * (warm + speed.step_s)  # verify-cost curve
+        study_s += 3 * len(studies["arithmetic_threads"]) * (studies["arithmetic_repeats"] * 11 * speed.verify(16)
+                                                             + prefill)  # arithmetic study (approx.)
+    study_s += sweep_seconds(["ar"] + [f"toolspec:budget={b}:depth={b}" for b in studies["budgets"]], study_targets,
+                             studies["budget_requests"], speeds, works, mats)
+    ablation = params["06_ablations"]
+    ablation_s = bench_seconds({**ablation, "methods": ablation_methods(ablation["ablations"], ablation["delays"])},
+                               speeds, works, mats)
+    if ablation["budgets"]:
+        ablation_s += sweep_seconds(budget_methods(ablation["budgets"]), ablation["targets"],
+                                    ablation["budget_requests"], speeds, works, mats, ablation["warmup"])
+    n = bench["requests"]
+    return [
+        StageEstimate("00_data", 30.0, "build the splits"),
+        StageEstimate("01_teacher", 15.0, "read the committed traces"),
+        StageEstimate("02_sidecar", sidecar, f"{side['mode_requests']} mode and {side['latency_requests']} latency requests"),
+        StageEstimate("03_toolspec", study_s + bench_seconds(bench, speeds, works, mats),
+                      f"results bench: {len(bench['targets'])} targets x {len(bench['benchmarks'])} benchmarks x "
+                      f"n={n} x {len(bench['methods'])} methods; studies"),
+        StageEstimate("06_ablations", ablation_s, f"{len(ablation_methods(ablation['ablations'], ablation['delays']))} "
+                      f"methods x n={ablation['requests']}" + (", budget sweep" if ablation["budgets"] else "")),
+        StageEstimate("book", BOOK_S, "04, 05, 07 read 03's run; jupyter-book"),
+    ]
+
+
+def reductions(params: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """The stated reductions, in order; each entry is (reason, parameters after it)."""
+    steps = []
+    current = json.loads(json.dumps(params))
+    if "pld" in current["05_bench"]["methods"]:
+        current["05_bench"]["methods"] = [m for m in current["05_bench"]["methods"] if m != "pld"]
+        steps.append(("PLD left out of the results bench (the paper evaluates no PLD; 03's committed audit "
+                      "still checks it)", json.loads(json.dumps(current))))
+    if current["06_ablations"]["budgets"]:
+        current["06_ablations"]["budgets"] = []
+        steps.append(("06's budget sweep left out (03 sweeps ToolSpec's budget; the bench chooses its budget "
+                      "per machine)", json.loads(json.dumps(current))))
+    side = current["02_sidecar"]
+    if side["mode_requests"] > 3 or side["latency_requests"] > 5:
+        side["mode_requests"], side["latency_requests"] = min(side["mode_requests"], 3), min(side["latency_requests"], 5)
+        steps.append((f"02 times {side['mode_requests']} dev requests per sidecar mode and {side['latency_requests']} "
+                      "against the target", json.loads(json.dumps(current))))
+    if current["05_bench"]["warmup"] > 1:
+        current["05_bench"]["warmup"] = 1
+        steps.append(("one untimed warm-up request per target, not "
+                      f"{params['05_bench']['warmup']}", json.loads(json.dumps(current))))
+    n = current["05_bench"]["requests"]
+    while n - 5 >= MIN_REQUESTS:
+        n -= 5
+        current["05_bench"]["requests"] = n
+        steps.append((f"n = {n} requests per benchmark (not {params['05_bench']['requests']})",
+                      json.loads(json.dumps(current))))
+    return steps
+
+
+def make_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
+              mats: dict[str, dict[int, float]], arithmetic: str,
+              params: dict[str, dict[str, Any]] | None = None) -> ReproducePlan:
+    """The full plan if it fits ``minutes`` (or no budget), else the least reduction that does."""
+    params = params or {nb: notebook_parameters(nb) for nb in ("02_sidecar", "03_toolspec", "05_bench", "06_ablations")}
+    full = estimate(params, speeds, works, mats)
+    plan = ReproducePlan(minutes, arithmetic, list(speeds.values()), full, full, {})
+    if not minutes or plan.full_minutes <= minutes:
+        return plan
+    reasons: list[str] = []
+    chosen = params
+    for reason, reduced in reductions(params):
+        if reason.startswith("n = "):  # only the n that runs is stated
+            reasons = [r for r in reasons if not r.startswith("n = ")]
+        reasons.append(reason)
+        chosen = reduced
+        plan.planned = estimate(reduced, speeds, works, mats)
+        if plan.planned_minutes <= minutes:
+            break
+    plan.reasons, plan.fits = reasons, plan.planned_minutes <= minutes
+    plan.overrides = _overrides(params, chosen)
+    return plan
+
+
+def _overrides(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Papermill parameters per notebook: what changed; the chapters reading 05's run get it as ``bench``."""
+    changed = {nb: {k: v for k, v in after[nb].items() if before[nb].get(k) != v} for nb in after}
+    out = {nb: values for nb, values in changed.items() if values and nb != "05_bench"}
+    if changed["05_bench"]:
+        out["05_bench"] = changed["05_bench"]
+        for reader in ("03_toolspec", "04_ooospec", "07_timelines"):
+            out.setdefault(reader, {})["bench"] = changed["05_bench"]
+    return out
+
+
+# ---------------------------------------------------------------- calibration
+
+
+def calibrate(target_name: str, profile: str, repeats: int = 3) -> Speed:
+    """Load the target and time it on the first dev request (about 30 s for Qwen on the AVX2 CPU)."""
+    from ooospec.bench.study import cached_target
+    from ooospec.data import load_split
+
+    started = time.perf_counter()
+    target = cached_target(target_name, profile)
+    speed = measure_speed(target, target.prompt_ids(load_split("dev")[0]), target_name, repeats)
+    return replace(speed, calibrate_s=round(time.perf_counter() - started, 1))
+
+
+def measure_speed(target: Any, prompt: list[int], target_name: str, repeats: int = 3,
+                  sizes: tuple[int, ...] = (0, 4, 8, 16, 32)) -> Speed:
+    """Time one prefill, a one-row step and verify forwards, on one and two threads, and the tree
+    budget the bench will choose here (`ooospec.bench.tree_budget.machine_budget`)."""
+    from ooospec.bench.study import torch_threads
+    from ooospec.bench.tree_budget import machine_budget
+    from ooospec.bench.verify_cost import verify_cost_curve
+    from ooospec.decoding.loop import Prefill
+    from ooospec.decoding.verifier import TreeVerifier
+
+    verifier = TreeVerifier(target.model, target.eos_token_ids)
+    curves, prefill = {}, {}
+    for threads in (1, 2):
+        with torch_threads(threads):
+            prefill[threads] = min(Prefill.measure(verifier, prompt).seconds for _ in range(2)) / len(prompt)
+            curves[threads] = {p.nodes: p.min_s for p in verify_cost_curve(verifier, prompt, sizes, repeats)}
+    with torch_threads(1):
+        nodes = machine_budget(verifier, prompt, target_name, repeats=repeats).budget["max_nodes"]
+    one, two = curves[1], curves[2]
+    return Speed(target_name, one[0], two[0], {n: s for n, s in one.items() if n}, {n: s for n, s in two.items() if n},
+                 prefill[1], prefill[2], nodes)
+
+
+def committed_mats() -> dict[str, dict[int, float]]:
+    from ooospec.bench.tree_budget import committed_acceptance
+
+    out = {}
+    for target in ("qwen2.5-coder-0.5b", "smollm2-135m-tool"):
+        found = committed_acceptance(target)
+        if found is not None:
+            out[target] = found[0]
+    return out
+
+
+def write_plan(plan: ReproducePlan, directory: Path) -> None:
+    """plan.json and one papermill parameter file per notebook it changes (``plan``: its note)."""
+    import yaml
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("*.yaml"):
+        old.unlink()
+    for notebook, values in plan.overrides.items():
+        (directory / f"{notebook}.yaml").write_text(yaml.safe_dump({**values, "plan": plan.note()}, sort_keys=False))
+    (directory / PLAN_FILE).write_text(json.dumps(plan.to_dict(), indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: calibrate this machine, print the estimate per stage, write the plan's parameter files."""
+    import argparse
+
+    from ooospec.models.arithmetic import profile_arithmetic
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--minutes", type=float, default=90.0, help="time budget; 0: the full plan, no budget")
+    parser.add_argument("--out", type=Path, default=None, help="default: artifacts/reproduce-plan")
+    args = parser.parse_args(argv)
+    params = {nb: notebook_parameters(nb) for nb in ("02_sidecar", "03_toolspec", "05_bench", "06_ablations")}
+    targets = list(dict.fromkeys(params["05_bench"]["targets"] + params["03_toolspec"]["targets"]))
+    speeds = {t: calibrate(t, args.profile) for t in targets}
+    works = {t: audit_work(t, params["05_bench"]["max_new_tokens"]) for t in targets}
+    plan = make_plan(args.minutes or None, speeds, works, committed_mats(),
+                     profile_arithmetic(args.profile).sentence(), params)
+    write_plan(plan, args.out or artifacts_dir() / "reproduce-plan")
+    print("\n".join(plan.lines()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
