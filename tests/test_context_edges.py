@@ -16,7 +16,7 @@ from ooospec.bench.runner import BenchConfig, run_bench, slice_path
 from ooospec.data.loading import SourceLoad, check_gold
 from ooospec.data.request import DuplicateToolName, Request, check_tool_names, read_requests, write_requests
 from ooospec.decoding.base import DecodeContext, Draft, DraftSource, EventTrace
-from ooospec.decoding.context import PromptTooLong, fit_budget, model_context
+from ooospec.models.context import PromptTooLong, fit_budget, model_context
 from ooospec.decoding.loop import Prefill, decode
 from ooospec.decoding.tree import TreeBudget
 from ooospec.models.tiny import tiny_causal_lm, tiny_model_and_tokenizer, tiny_target

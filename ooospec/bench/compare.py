@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from ooospec.bench.methods import MethodSpec, method_sources
 from ooospec.data.request import Request
 from ooospec.decoding.base import DraftSource
-from ooospec.decoding.context import fit_budget, model_context
+from ooospec.models.context import fit_budget, model_context
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
@@ -80,7 +80,7 @@ def compare_methods(
     ``identical_to_ar``, ``mismatch_at``, ``ar_gap_at_mismatch`` and ``near_tie``. A prompt that
     does not fit the target's context raises `PromptTooLong` before the shared prefill.
     """
-    verifier = TreeVerifier(target.model, target.eos_token_ids, track_margins=True)
+    verifier = TreeVerifier.for_target(target, track_margins=True)
     sources: dict[str, list[DraftSource]] = {run.label: method_sources(run.spec) for run in runs}
     records: list[dict[str, Any]] = []
     requests = list(requests)

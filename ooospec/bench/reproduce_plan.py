@@ -362,7 +362,7 @@ def measure_speed(target: Any, prompt: list[int], target_name: str, repeats: int
     from ooospec.decoding.loop import Prefill
     from ooospec.decoding.verifier import TreeVerifier
 
-    verifier = TreeVerifier(target.model, target.eos_token_ids)
+    verifier = TreeVerifier.for_target(target)
     curves, prefill = {}, {}
     for threads in (1, 2):
         with torch_threads(threads):

@@ -45,7 +45,7 @@ from ooospec.bench.methods import MethodSpec, default_budget, method_budget, met
 from ooospec.bench.tree_budget import BudgetChoice, machine_budget
 from ooospec.bench.oracle_calls import CallDirectory, first_call
 from ooospec.data.request import Call, Request, check_tool_names
-from ooospec.decoding.context import fit_budget, model_context
+from ooospec.models.context import fit_budget, model_context
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.tree import TreeBudget
@@ -180,9 +180,9 @@ class ProfileTargets:
         return config_key({"target": name, "weights": parts}, 8)
 
     def load(self, name: str) -> Any:
-        from ooospec.models.target import load_target
+        from ooospec.decoding.compiled import load_for_decoding
 
-        return load_target(name, self.profile)
+        return load_for_decoding(name, self.profile)
 
 
 def find_sidecar_adapter(profile: str) -> Path | None:
@@ -428,7 +428,7 @@ class SliceRunner:
     def __init__(self, cfg: BenchConfig, plan: BenchPlan, target: Any, pool: SidecarPool, oracle_calls: CallDirectory):
         self.cfg, self.plan, self.target, self.pool = cfg, plan, target, pool
         self.oracle_calls = oracle_calls
-        self.verifier = TreeVerifier(target.model, target.eos_token_ids, track_margins=cfg.track_margins)
+        self.verifier = TreeVerifier.for_target(target, track_margins=cfg.track_margins)
         self.arithmetic = running_arithmetic(target.model, requested=_requested_dtype(cfg.profile, target.name)).to_dict()
         self.budget_choice: BudgetChoice | None = None  # `choose_budget` sets it before any decode
 
@@ -723,7 +723,7 @@ def _run_target(cfg: BenchConfig, plan: BenchPlan, stage: Stage, provider: Targe
     finally:
         pool.close()
         if compiled is not None and (compiled.mode or compiled.fallback):
-            from ooospec.models.compiled import compiled_graphs
+            from ooospec.decoding.compiled import compiled_graphs
 
             report = asdict(compiled)
             if compiled.mode:

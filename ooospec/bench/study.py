@@ -45,9 +45,9 @@ def torch_threads(count: int) -> Iterator[None]:
 @lru_cache(maxsize=4)
 def cached_target(name: str, profile: str) -> Any:
     """One load per process and target (loading dominates a small slice)."""
-    from ooospec.models.target import load_target
+    from ooospec.decoding.compiled import load_for_decoding
 
-    return load_target(name, profile)
+    return load_for_decoding(name, profile)
 
 
 def available_target(name: str, profile: str) -> tuple[Any | None, str | None]:
@@ -106,7 +106,7 @@ def cost_curve(target_name: str, *, profile: str = "cpu", benchmark: str = "apib
     target = cached_target(target_name, profile)
     request = load_split(_split_name(benchmark))[0]
     with torch_threads(threads):
-        points = verify_cost_curve(TreeVerifier(target.model, target.eos_token_ids), target.prompt_ids(request),
+        points = verify_cost_curve(TreeVerifier.for_target(target), target.prompt_ids(request),
                                    tuple(sizes), repeats)
     rows = [{"target": target_name, "prompt_tokens": len(target.prompt_ids(request)), **vars(p)} for p in points]
     path.write_text(json.dumps(rows, indent=1))
@@ -167,7 +167,7 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
                 target.model.set_attn_implementation(attention)
                 for count in threads:
                     with torch_threads(count):
-                        point = measure_arithmetic(TreeVerifier(target.model, target.eos_token_ids), prompt,
+                        point = measure_arithmetic(TreeVerifier.for_target(target), prompt,
                                                    target=name, profile=profile, threads=count,
                                                    attention=attention, rows=rows, repeats=repeats,
                                                    compile=target.compiled.mode, compile_s=target.compiled.seconds)

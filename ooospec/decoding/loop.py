@@ -8,7 +8,7 @@ sources' per-request setup (`begin`) and the prefill. `end` (e.g. retrieval stor
 later requests) runs after the clock stops, as it is off the request's critical path.
 
 Context: before anything else (no source sees the request, no prefill runs, a shared prefill is not
-used) the prompt is checked against the target's context (`ooospec.decoding.context.fit_budget`):
+used) the prompt is checked against the target's context (`ooospec.models.context.fit_budget`):
 a prompt that leaves no room raises `PromptTooLong`; one that leaves less than ``max_new_tokens``
 is decoded with the budget capped to the room (recorded: ``max_new_tokens``, ``capped_from`` and a
 ``budget_capped`` trace event). Near the end of the context a round's tree is cut to the depth
@@ -27,7 +27,7 @@ import torch
 
 from ooospec.data.request import Request
 from ooospec.decoding.base import CREDITS, DecodeContext, DecodeState, DraftSource, EventTrace
-from ooospec.decoding.context import fit_budget, model_context, positions_left
+from ooospec.models.context import fit_budget, model_context, positions_left
 from ooospec.decoding.tree import TreeBudget, build_tree
 from ooospec.decoding.verifier import TreeVerifier, VerifierState
 from ooospec.models.target import TargetModel
@@ -174,7 +174,7 @@ def decode(
     if max_new_tokens < asked:
         ctx.trace.emit("budget_capped", max_new_tokens=max_new_tokens, asked=asked, context=context,
                        prompt_tokens=len(ctx.prompt_ids))
-    verifier = verifier or TreeVerifier(target.model, ctx.eos_token_ids)
+    verifier = verifier or TreeVerifier(target.model, ctx.eos_token_ids, dense_cache=target.compiled.mode is not None)
     for source in sources:
         source.begin(ctx)
     setup_s = time.perf_counter() - start

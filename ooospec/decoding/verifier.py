@@ -20,6 +20,7 @@ import copy
 import inspect
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -110,7 +111,8 @@ def _top2_gap(logits: torch.Tensor) -> list[float]:
 class TreeVerifier:
     """Greedy, batch-1 tree verification for any HF causal LM with a `DynamicCache`."""
 
-    def __init__(self, model: torch.nn.Module, eos_token_ids: list[int], track_margins: bool = False):
+    def __init__(self, model: torch.nn.Module, eos_token_ids: list[int], track_margins: bool = False,
+                 dense_cache: bool = False):
         self.model = model
         self.eos = set(int(t) for t in eos_token_ids)
         self.track_margins = track_margins
@@ -119,8 +121,13 @@ class TreeVerifier:
         self.config = model.config
         params = inspect.signature(model.forward).parameters
         self._logits_to_keep = "logits_to_keep" in params
-        # a model compiled by `ooospec.models.compiled` guards on the cache's strides
-        self.dense_cache = getattr(model, "_compiled_call_impl", None) is not None
+        # a compiled model (`ooospec.decoding.compiled`) guards on the cache's strides: its caller says so
+        self.dense_cache = dense_cache
+
+    @classmethod
+    def for_target(cls, target: Any, track_margins: bool = False) -> "TreeVerifier":
+        """The verifier of a `TargetModel`, told whether its model runs compiled."""
+        return cls(target.model, target.eos_token_ids, track_margins, dense_cache=target.compiled.mode is not None)
 
     def _forward(self, input_ids: list[int], **kwargs) -> torch.Tensor:
         ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)

@@ -19,7 +19,7 @@ from ooospec.paths import configs_dir
 
 SOURCE_KINDS = ("hub", "local", "pypi_gguf")
 DTYPES = ("float32", "bfloat16", "float16")
-COMPILE_MODES = ("inductor",)  # torch.compile backends a profile may ask for (see ooospec.models.compiled)
+COMPILE_MODES = ("inductor",)  # torch.compile backends a profile may ask for (see ooospec.decoding.compiled)
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:[0-9]+)?")
 ADAPTER_KINDS = ("tool_lora",)
 PROMPT_STYLES = ("chat_template_tools", "system_tools_json")
@@ -58,7 +58,7 @@ class ModelSpec:
     always dequantized to float32 once and cast at load, so switching a profile between fp32 and
     bf16 never rebuilds it. ``device`` is where the weights live (``cpu``, ``cuda``, ``cuda:N``).
     ``compile`` (None or ``inductor``) compiles the forward of a *decoding* model (a target or the
-    teacher; never a LoRA training run) with `torch.compile`: see `ooospec.models.compiled`.
+    teacher; never a LoRA training run) with `torch.compile`: see `ooospec.decoding.compiled`.
     """
 
     name: str

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ooospec.data.request import Request
-from ooospec.models.compiled import CompileReport, compile_for_decoding
 from ooospec.models.formats import get_surface
 from ooospec.models.loading import load_model
 from ooospec.models.prompts import prompt_ids, prompt_text
@@ -26,6 +25,16 @@ class AdapterMissing(FileNotFoundError):
 
 
 @dataclass
+class CompileReport:
+    """What compiling a decoding model did (`ooospec.decoding.compiled`), for the provenance of a run."""
+
+    mode: str | None  # "inductor", or None for the eager model
+    seconds: float  # compile + warm-up time, outside every timed region
+    fallback: str | None = None  # why the eager model runs instead (None when compiled as asked)
+    graphs: int = 0  # graphs compiled in this process once warm: later ones were compiled inside a decode
+
+
+@dataclass
 class TargetModel:
     name: str
     model: Any
@@ -34,7 +43,8 @@ class TargetModel:
     eos_token_ids: list[int]
     prompt_style: str = "chat_template_tools"
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    compiled: CompileReport = field(default_factory=lambda: CompileReport(None, 0.0))  # the profile's compile option
+    compile_mode: str | None = None  # the profile's wish (``compile: inductor``); the decoding layer acts on it
+    compiled: CompileReport = field(default_factory=lambda: CompileReport(None, 0.0))  # what it did (eager until then)
 
     def surface_for(self, request: Request) -> SurfaceFormat:
         """The frozen rendering this target uses for ``request`` (see `SurfaceFormat.for_request`)."""
@@ -78,7 +88,8 @@ def merge_adapter(model: Any, adapter_dir: Path) -> Any:
 
 
 def load_target(name: str, profile: str | Profile = "cpu") -> TargetModel:
-    """A target of the profile, its adapter (if any) merged into the weights."""
+    """A target of the profile, its adapter (if any) merged into the weights; eager. A decoding run
+    compiles it as the profile asks at its entry point (`ooospec.decoding.compiled.load_for_decoding`)."""
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     prof.target(name)  # unknown target -> error listing the known ones
     return load_role(name, prof)
@@ -94,8 +105,6 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
     model, tokenizer = load_model(role.model, prof)
     if adapter_dir is not None:
         model = merge_adapter(model, adapter_dir)
-    # after the merge: freezing makes the (merged) weights constants of the compiled graph
-    compiled = compile_for_decoding(model, prof.model(role.model).compile, name)
     return TargetModel(
         name=name,
         model=model,
@@ -104,7 +113,7 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
         eos_token_ids=eos_token_ids(tokenizer, role, prof),
         prompt_style=role.prompt or "chat_template_tools",
         chat_template_kwargs=dict(role.chat_template_kwargs),
-        compiled=compiled,
+        compile_mode=prof.model(role.model).compile,
     )
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ooospec.data.request import Call, Request
-from ooospec.decoding.context import PROMPT_TOO_LONG, model_context
+from ooospec.models.context import PROMPT_TOO_LONG, model_context
 from ooospec.models.cache import expand_cache
 from ooospec.sidecar.join import DroppedSlot, join_rows
 from ooospec.sidecar.protocol import MODES, Prediction

@@ -432,45 +432,29 @@ def _provenance() -> dict[str, Any]:
 
 
 # the paper's recipe at the scale of the committed traces: the teacher's call for the traced
-# requests with a valid call (1,296 after the prefix limit), gold for the rest of 1,500; bf16
-# autocast on both cores (about 95 min here, 2026-11-30)
+# requests with a valid call, gold for the rest of 1,500; bf16 autocast on both cores
 PAPER_RECIPE = SidecarConfig(calls="teacher+gold", train_requests=1500, threads=2,
                              lora=LoraTrainConfig(lr=1e-3, autocast="bf16").to_dict())
 
-# a second pass over the same 1,500 requests, started from the one-pass adapter (the committed
-# `full` one, pinned by its hash) with a fresh warm-up and linear decay at half the peak rate: the
-# issue's "a second epoch if dev says so", at the cost of one pass (~95 min) instead of a two-epoch
-# run from scratch (~190 min). The seed stays 0: it also draws the train and dev subsets, which
-# must be the same requests as the first pass's (so the batches come in the same order).
+# a second pass over the same 1,500 requests, started from the one-pass adapter (pinned by its
+# hash) with a fresh warm-up and linear decay at half the peak rate: a second epoch at the cost of
+# one pass. The seed stays 0: it also draws the train and dev subsets, which must be the first
+# pass's requests (so the batches come in the same order).
 PASS2_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "init_from": "sidecar-cpu-kall@1b17c2d3b09f",
                                 "lora": LoraTrainConfig(lr=5e-4, autocast="bf16").to_dict()})
 
-# the paper's recipe on every committed training trace (all 3,435 training requests once the
-# chunks up to cpu-train-03435 are in): the teacher's call where it is valid, no gold stand-ins
-# left; one pass from a fresh LoRA, as in the paper. About twice the rows of `teacher` (2,959
-# requests, 31,221 rows, 620 steps: 182 min on both cores, 2026-12-01).
+# the paper's recipe on every committed training trace: the teacher's call where it is valid, no
+# gold stand-ins; one pass from a fresh LoRA, as in the paper
 SCALE_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "train_requests": None, "teacher_requests": None})
 
+# Which preset is `full`, and the dev comparisons that chose it, are in the book (differences page,
+# "The committed sidecar adapters"); every committed adapter's record holds its own dev metrics.
 PRESETS = {
-    # the committed adapter that `make reproduce` and the bench use: the paper's recipe plus a
-    # second pass, chosen on dev (whole call 0.37 -> 0.43 against the target's calls, function
-    # index level; see the sidecar chapter), never on evaluation data
-    "full": PASS2_RECIPE,
+    "full": PASS2_RECIPE,  # the adapter `make reproduce` and the bench use (chosen on dev)
     "pass2": PASS2_RECIPE,
-    # the paper's recipe, one pass (committed too: the second pass starts from it)
-    "teacher": PAPER_RECIPE,
-    # every committed trace (see SCALE_RECIPE); long: train it resumably, then compare on dev. Rule
-    # fixed before it finished and before any evaluation run: it becomes `full` if, on the same 60
-    # dev requests against the target's own calls, its whole-call match is higher than the two-pass
-    # adapter's (ties: argument values decide); otherwise it stays beside it in the passes table.
-    # Outcome (2026-12-01): a tie on both, 0.43 whole call and 0.55 values (function index 0.85 vs
-    # 0.83), so `full` stays the two-pass adapter and this one is committed beside it. That rule
-    # read the waves as trained (fp32, raw); as served (bf16, required slots filled; see
-    # `ooospec.training.sidecar_dev`) it is behind, 0.45 and 0.62 against 0.52 and 0.67. A rule
-    # for a future adapter should read the waves as served: they are the hint the target receives
-    "scale": SCALE_RECIPE,
-    # the earlier committed adapter: the gold calls of 200 requests, fp32 (37 min of training)
-    "gold200": SidecarConfig(calls="gold"),
+    "teacher": PAPER_RECIPE,  # one pass (committed too: the second pass starts from it)
+    "scale": SCALE_RECIPE,  # every committed trace (committed beside `full`)
+    "gold200": SidecarConfig(calls="gold"),  # the gold calls of 200 requests, fp32
     # a retrain that fits the cpu profile's 30-minute budget together with teacher and tool LoRA
     "budget": SidecarConfig(train_requests=40, dev_requests=20),
     # a random 2-layer base on a handful of requests: exercises every step in seconds

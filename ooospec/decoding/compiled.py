@@ -8,6 +8,10 @@ kernels, and with ``freezing`` the weights become constants, prepacked for oneDN
 
 Three things a reader of the speed figures must be able to trust:
 
+Compilation happens at the entry point of a decoding run (as gpt-fast compiles in its ``main``):
+`load_for_decoding` loads a target (`ooospec.models.target.load_target`, eager) and compiles it as
+its profile asks; the verifier is told (`TreeVerifier.for_target`) and keeps its cache dense.
+
 * **Compile time is never timed.** Compilation is lazy; `compile_for_decoding` runs the three
   call shapes the verifier uses (a prefill, a one-row step, tree forwards with a 4-D mask) on a
   dummy prefix before the model is handed out, and records how long that took and how many graphs
@@ -26,23 +30,17 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ooospec.decoding.base import Draft
+from ooospec.decoding.tree import TreeBudget, build_tree
+from ooospec.decoding.verifier import TreeVerifier, commit_kv
+from ooospec.models.target import CompileReport, TargetModel, load_role, load_target
+
 WARM_UP_PREFIX = 48  # tokens of the dummy prefix: long enough that no size is specialized as 0/1
 WARM_UP_TREES = (1, 3, 8)  # tree sizes (nodes) run once each: rows 2, 4 and 9 make the row count dynamic
-
-
-@dataclass
-class CompileReport:
-    """What `compile_for_decoding` did, for the provenance of a run."""
-
-    mode: str | None  # "inductor", or None for the eager model
-    seconds: float  # compile + warm-up time, outside every timed region
-    fallback: str | None = None  # why the eager model runs instead (None when compiled as asked)
-    graphs: int = 0  # graphs compiled in this process once warm (`compiled_graphs`): later ones were compiled inside a decode
 
 
 def compiled_graphs() -> int:
@@ -55,11 +53,7 @@ def compiled_graphs() -> int:
 
 def _warm_up(model: Any) -> None:
     """Every call shape of `TreeVerifier`, so compilation happens here and not in a timed decode."""
-    from ooospec.decoding.base import Draft
-    from ooospec.decoding.tree import TreeBudget, build_tree
-    from ooospec.decoding.verifier import TreeVerifier, commit_kv
-
-    verifier = TreeVerifier(model, eos_token_ids=[])
+    verifier = TreeVerifier(model, eos_token_ids=[], dense_cache=True)
     vocab = model.config.get_text_config().vocab_size
     prefix = [(7 * i + 11) % vocab for i in range(WARM_UP_PREFIX)]
     state, _ = verifier.prefill(prefix)
@@ -110,3 +104,21 @@ def _fallback(model: Any, name: str, reason: str, start: float) -> CompileReport
         model._compiled_call_impl = None  # back to the eager forward
     print(f"{name}: torch.compile (inductor) unavailable, running eager: {reason}", file=sys.stderr)
     return CompileReport(None, time.perf_counter() - start, fallback=reason)
+
+
+def compile_target(target: TargetModel) -> TargetModel:
+    """Compile ``target``'s model as its profile asks (``compile_mode``; None: eager) and record what
+    happened in ``target.compiled``. After any adapter merge: freezing makes the merged weights
+    constants of the compiled graph."""
+    target.compiled = compile_for_decoding(target.model, target.compile_mode, target.name)
+    return target
+
+
+def load_for_decoding(name: str, profile: Any = "cpu") -> TargetModel:
+    """A target ready to decode: loaded, then compiled as its profile asks."""
+    return compile_target(load_target(name, profile))
+
+
+def load_role_for_decoding(name: str, profile: Any = "cpu") -> TargetModel:
+    """A role that decodes (the teacher), loaded and compiled as its profile asks."""
+    return compile_target(load_role(name, profile))

@@ -1,7 +1,7 @@
 """Is the compiled arithmetic worth its compile time? Before/after on the same requests, committed.
 
 `torch.compile` (profile ``cpu-compiled``: bf16 + the CPU inductor with weight freezing, see
-`ooospec.models.compiled`) is measured here against the ``cpu`` default (bf16, eager):
+`ooospec.decoding.compiled`) is measured here against the ``cpu`` default (bf16, eager):
 
 * the arithmetic study of both options in one process (`arithmetic_study` with `COMPILED_OPTIONS`):
   one-row step, prefill, verify cost per row count, compile seconds, both targets, 1 and 2 threads;
@@ -151,7 +151,7 @@ def measure(out: Path, *, targets: tuple[str, ...] = ("qwen2.5-coder-0.5b", "smo
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     provenance = {
         "what": "torch.compile (inductor, freezing, dynamic shapes; profile cpu-compiled) against eager bf16 (cpu)",
-        "made_by": "ooospec.bench.compiled.measure", "code_commit": commit,
+        "made_by": "ooospec.bench.compile_study.measure", "code_commit": commit,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "arithmetic_study": {"targets": list(targets), "options": [list(o) for o in COMPILED_OPTIONS],
                              "seconds": round(study_s)},
