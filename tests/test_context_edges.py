@@ -270,7 +270,7 @@ def test_a_sidecar_wave_past_its_context_returns_no_call_and_the_reason():
     from ooospec.sidecar.predictor import SlotPredictor
 
     model, tokenizer = tiny_model_and_tokenizer(seed=5)
-    predictor = SlotPredictor(model, tokenizer, max_new_tokens=6)
+    predictor = SlotPredictor(model, tokenizer, max_new_tokens=6, required_values=False)
     short, long = weather_requests("apibank", 1)[0], _asking("apibank-long", 20)
     model.config.max_position_embeddings = len(predictor.prefix_ids(long)) + 2  # the questions do not fit
     probe = PositionProbe(model)

@@ -32,7 +32,7 @@ def test_wave_rows_equal_sequential_rows_on_a_random_model():
     with torch.no_grad():  # sharper logits than the default init: distinct, varied greedy outputs
         for p in model.parameters():
             p.mul_(8.0)
-    predictor = SlotPredictor(model, tokenizer, max_new_tokens=6)
+    predictor = SlotPredictor(model, tokenizer, max_new_tokens=6, required_values=False)
     req = request(text="weather in Paris, please, in celsius?")
     wave = predictor.predict_wave(req)
     seq = predictor.predict_sequential(req)
@@ -53,7 +53,7 @@ def memorized_predictor():
     examples = rows_to_examples(rows, tokenizer, tokenizer.eos_token_id)
     cfg = LoraTrainConfig(lr=1e-2, dropout=0.0, epochs=60, step_completion_tokens=1, warmup_frac=0.0)
     train_lora(model.train(), examples, cfg, tokenizer.pad_token_id)  # all weights trainable: memorize
-    return SlotPredictor(model, tokenizer, max_new_tokens=12), reqs
+    return SlotPredictor(model, tokenizer, max_new_tokens=12, required_values=False), reqs
 
 
 def test_all_modes_join_the_memorized_call():
@@ -99,7 +99,7 @@ def test_prefix_tokens_are_the_training_prefix():
     model, tokenizer = tiny_model_and_tokenizer(seed=7)
     req = request()
     row = expand_call(req, req.gold[0])[0]
-    predictor = SlotPredictor(model, tokenizer)
+    predictor = SlotPredictor(model, tokenizer, required_values=False)
     assert predictor.prefix_ids(req) == encode(tokenizer, row.prefix)
 
 
@@ -156,8 +156,8 @@ def test_required_slots_are_never_answered_null():
     examples = rows_to_examples(build_rows(reqs, calls_from_gold(reqs)), tokenizer, tokenizer.eos_token_id)
     cfg = LoraTrainConfig(lr=1e-2, dropout=0.0, epochs=60, step_completion_tokens=1, warmup_frac=0.0)
     train_lora(model.train(), examples, cfg, tokenizer.pad_token_id)
-    raw = SlotPredictor(model, tokenizer, max_new_tokens=6)
-    filled = SlotPredictor(model, tokenizer, max_new_tokens=6, required_values=True)
+    raw = SlotPredictor(model, tokenizer, max_new_tokens=6, required_values=False)
+    filled = SlotPredictor(model, tokenizer, max_new_tokens=6)
     for req in reqs:
         answers = {(r.key.function, r.key.parameter): r.text.strip() for r in raw.predict_wave(req).rows}
         assert answers[("get_weather", "city")] == "null"  # the collapse, memorized
@@ -260,3 +260,15 @@ def test_a_frozen_adapter_is_never_retrained_as_a_side_effect(tmp_path, monkeypa
         train_sidecar(sidecar_config("full"))
     with pytest.raises(FrozenAssetMissing, match="tool lora: the full preset's adapter is a frozen asset"):
         train_tool_lora(TOOL_PRESETS["full"])
+
+
+def test_required_values_has_one_default_the_served_one():
+    """Every hop from the bench to the predictor takes the same default (the runtime's setting)."""
+    import inspect
+
+    from ooospec.sidecar.predictor import REQUIRED_VALUES, SlotWavePredictor
+    from ooospec.sidecar.specs import slot_sidecar
+
+    assert REQUIRED_VALUES is True
+    for hop in (SlotPredictor.__init__, SlotPredictor.from_frozen, SlotWavePredictor.__init__, slot_sidecar):
+        assert inspect.signature(hop).parameters["required_values"].default is REQUIRED_VALUES, hop

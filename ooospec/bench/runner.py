@@ -300,7 +300,7 @@ class SidecarKey:
     kind: str
     placement: str
     delay_s: float
-    nullable: bool = False
+    required_values: bool  # off only for the ``nullable`` ablation
 
 
 class SidecarPool:
@@ -313,7 +313,7 @@ class SidecarPool:
         self.services: dict[SidecarKey, Any] = {}
 
     def key(self, spec: MethodSpec) -> SidecarKey:
-        return SidecarKey(spec.sidecar or self.plan.sidecar, spec.placement, spec.delay_s, spec.nullable)
+        return SidecarKey(spec.sidecar or self.plan.sidecar, spec.placement, spec.delay_s, required_values=not spec.nullable)
 
     def service(self, spec: MethodSpec) -> Any:
         if not spec.uses_sidecar:
@@ -329,7 +329,7 @@ class SidecarPool:
 
         if key.kind in ("slot", "base_only"):
             spec = slot_sidecar(self.plan.adapter, self.cfg.profile, base_only=key.kind == "base_only",
-                                required_values=not key.nullable)
+                                required_values=key.required_values)
         elif key.kind == "oracle":
             spec = oracle_sidecar(self.oracle_calls, wave_s=self.cfg.oracle_wave_s)
         elif key.kind == "gold":

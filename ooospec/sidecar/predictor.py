@@ -36,6 +36,11 @@ from ooospec.sidecar.slots import (RowKey, SlotPromptConfig, online_questions, r
                                    tool_required)
 
 
+# The one default of ``required_values`` (every hop below passes it on): on, as the runtime serves
+# the sidecar. Off is the sidecar's raw answer: the dev check "as trained" and the ``nullable`` ablation.
+REQUIRED_VALUES = True
+
+
 @dataclass
 class RowPrediction:
     key: RowKey
@@ -121,7 +126,8 @@ class SlotPredictor:
     """Sidecar base (+ frozen adapter, merged) answering slot rows greedily."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, prompt: SlotPromptConfig = SlotPromptConfig(),
-                 max_new_tokens: int = 32, eos_token_ids: list[int] | None = None, required_values: bool = False):
+                 max_new_tokens: int = 32, eos_token_ids: list[int] | None = None,
+                 required_values: bool = REQUIRED_VALUES):
         self.model = model.eval()
         # With ``required_values`` a row asking for a parameter its function's schema marks
         # required may not answer null (`NullBan`). A small sidecar trained on few calls learns
@@ -339,7 +345,7 @@ class SlotPredictor:
 
     @classmethod
     def from_frozen(cls, adapter_dir: Path, profile: str = "cpu", max_new_tokens: int | None = None,
-                    required_values: bool = False) -> "SlotPredictor":
+                    required_values: bool = REQUIRED_VALUES) -> "SlotPredictor":
         """The sidecar base of ``profile`` cut to the adapter's layer count, adapter merged.
 
         ``max_new_tokens`` defaults to the value the adapter was evaluated with.
@@ -365,7 +371,7 @@ class SlotWavePredictor:
     """The trained sidecar (`SlotPredictor`) behind the service's `Predictor` interface."""
 
     def __init__(self, adapter_dir: str, profile: str = "cpu", max_new_tokens: int = 32, base_only: bool = False,
-                 required_values: bool = True):
+                 required_values: bool = REQUIRED_VALUES):
         if base_only:  # ablation: the same base, layer cut and prompts, without the adapter
             from ooospec.models.adapters import read_frozen
             from ooospec.sidecar.base import load_sidecar_base

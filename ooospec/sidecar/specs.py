@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ooospec.sidecar.oracle import DiesWhileStarting, FaultyPredictor, OraclePredictor
-from ooospec.sidecar.predictor import SlotWavePredictor
+from ooospec.sidecar.predictor import REQUIRED_VALUES, SlotWavePredictor
 from ooospec.sidecar.protocol import PredictorSpec
 
 
 def slot_sidecar(adapter_dir: Path | str, profile: str = "cpu", base_only: bool = False,
-                 max_new_tokens: int = 32, required_values: bool = True) -> PredictorSpec:
+                 max_new_tokens: int = 32, required_values: bool = REQUIRED_VALUES) -> PredictorSpec:
     """The trained sidecar (or, for the ablation, its base without the adapter).
 
     ``required_values``: a slot the schema marks required is never answered null (see

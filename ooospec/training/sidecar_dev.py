@@ -59,7 +59,7 @@ def served_dev_waves(adapter_dir: Path, profile: str = "cpu") -> list[dict[str, 
         todo = [w for w in trained if w["request_id"] not in finished]
         if todo:
             by_id = {r.id: r for r in load_requests("dev")}
-            predictor = SlotPredictor.from_frozen(adapter_dir, profile, required_values=True)
+            predictor = SlotPredictor.from_frozen(adapter_dir, profile)  # as served
             for stored in progress_bar(todo, desc="served dev waves", unit="req"):
                 request = by_id[stored["request_id"]]
                 reference = Call.from_dict(stored["reference"])
