@@ -8,7 +8,8 @@ from ooospec.sidecar.metrics import score_wave, summarize
 from ooospec.sidecar.predictor import SlotPredictor, encode
 from ooospec.models.tiny import tiny_model_and_tokenizer
 from ooospec.training.sidecar import SidecarConfig, rows_to_examples, train_sidecar
-from ooospec.sidecar.slots import calls_from_gold, build_rows, expand_call
+from ooospec.sidecar.slots import expand_call
+from ooospec.training.slot_rows import build_rows, calls_from_gold
 from ooospec.training.lora import LoraTrainConfig, train_lora
 
 torch.set_num_threads(1)

@@ -13,7 +13,8 @@ import torch
 
 from ooospec.paths import REPO_ROOT
 from ooospec.training.sidecar import PRESETS, committed_adapters_dir, select_calls
-from ooospec.sidecar.slots import SlotPromptConfig, build_rows, read_rows
+from ooospec.sidecar.slots import SlotPromptConfig
+from ooospec.training.slot_rows import build_rows, read_rows
 from ooospec.models.adapters import read_frozen, tool_adapter_committed_dir
 
 torch.set_num_threads(1)

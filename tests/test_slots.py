@@ -7,9 +7,10 @@ import pytest
 
 from ooospec.data.request import Call, Request
 from ooospec.sidecar.join import join_rows, parse_function_index
-from ooospec.sidecar.slots import (ARGUMENT, DIRECT_CALL, FUNCTION_INDEX, PAPER_ROW_COUNTS, RowKey, SlotPromptConfig,
-                           build_rows, calls_from_gold, calls_from_traces, expand_call, online_questions,
-                           read_rows, reference_call, request_prefix, row_count_table, row_counts, write_rows)
+from ooospec.sidecar.slots import (ARGUMENT, DIRECT_CALL, FUNCTION_INDEX, RowKey, SlotPromptConfig, expand_call,
+                                   online_questions, reference_call, request_prefix)
+from ooospec.training.slot_rows import (PAPER_ROW_COUNTS, build_rows, calls_from_gold, calls_from_traces, read_rows,
+                                        row_count_table, row_counts, write_rows)
 
 TOOLS = [
     {"name": "get_weather", "description": "Current weather for a city. " * 10,

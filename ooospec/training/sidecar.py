@@ -27,8 +27,9 @@ from ooospec.data.request import Request
 from ooospec.paths import artifacts_dir, shown
 from ooospec.sidecar.metrics import score_to_dict, score_wave, summarize
 from ooospec.sidecar.predictor import SlotPredictor, encode
-from ooospec.sidecar.slots import (CallSelection, SlotPromptConfig, SlotRow, build_rows, calls_from_gold, calls_from_traces,
-                           request_prefix, row_counts, write_rows)
+from ooospec.sidecar.slots import SlotPromptConfig, SlotRow, request_prefix
+from ooospec.training.slot_rows import (CallSelection, build_rows, calls_from_gold, calls_from_traces, row_counts,
+                                        write_rows)
 from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, config_key
 from ooospec.models.adapters import freeze_adapter, read_frozen, update_frozen_record
 from ooospec.training.lora import (AdapterRun, Branch, LoraTrainConfig, TrainExample, attach_lora, mean_completion_nll, save_loss_curve, train_lora)

@@ -20,7 +20,8 @@ from ooospec.data.request import Call, Request
 from ooospec.models.adapters import read_frozen
 from ooospec.progress import progress_bar
 from ooospec.sidecar.metrics import score_to_dict, score_wave
-from ooospec.sidecar.slots import calls_from_gold, compact_json
+from ooospec.sidecar.slots import compact_json
+from ooospec.training.slot_rows import calls_from_gold
 from ooospec.stage import Stage, append_jsonl, done_ids, read_jsonl
 from ooospec.training.lora import AdapterRun
 from ooospec.training.sidecar import SidecarConfig, find_finished, load_requests, select_calls, sidecar_config
