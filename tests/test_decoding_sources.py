@@ -9,7 +9,7 @@ import random
 import pytest
 
 from ooospec.data.request import Call, Request
-from ooospec.decoding.base import DecodeContext, DecodeState, EventTrace
+from ooospec.decoding.base import DecodeContext, DecodeState, Draft, EventTrace
 from ooospec.decoding.json_value import JsonValueScanner
 from ooospec.decoding.pld import PromptLookup
 from ooospec.decoding.retrieval import CallRetrieval
@@ -378,3 +378,33 @@ def test_toolspec_chains_the_scaffold_with_a_retrieved_value(tokenizer):
     assert tokenizer.decode(chained.tokens) == 'city": "Paris", "unit": "c"}}' + tokenizer.eos_token
     toolspec.chain = False
     assert toolspec.propose(state)[1] != chained
+
+
+def test_toolspec_uses_its_children_only_through_propose(tokenizer):
+    """The composite's merge (scaffold, chained retrieval, retrieval, PLD fallback, guesses) works on
+    any children that only implement `DraftSource.propose`: no private call into the FSM or memory."""
+    from ooospec.decoding.base import DraftSource
+    from ooospec.decoding.toolspec import ToolSpec
+
+    class Fixed(DraftSource):
+        name = "fixed"
+
+        def __init__(self, drafts, follow=None):
+            self.drafts, self.follow, self.asked = drafts, follow or {}, []
+
+        def propose(self, state):
+            self.asked.append(list(state.output_ids))
+            return self.follow.get(len(state.output_ids), self.drafts)
+
+    surface = get_surface("llama_json")
+    ctx = context(tokenizer, surface)
+    state = _committed(ctx, [5, 6])
+    fsm = Fixed([Draft([1, 2], "fsm"), Draft([3], "fsm", guess=True), Draft([4], "fsm")])
+    retrieval = Fixed([Draft([7, 8], "retrieval")], follow={4: [Draft([9], "retrieval")]})
+    pld = Fixed([Draft([11], "pld")])
+    toolspec = ToolSpec(fsm=fsm, retrieval=retrieval, pld=pld)
+    drafts = toolspec.propose(state)
+    assert [(d.tokens, d.source) for d in drafts] == [
+        ([1, 2], "fsm"), ([1, 2, 9], "retrieval"), ([4], "fsm"), ([7, 8], "retrieval"), ([3], "fsm")]
+    assert retrieval.asked == [[5, 6, 1, 2], [5, 6]]  # asked ahead of the scaffold, then as committed
+    assert state.output_ids == [5, 6] and pld.asked == []  # the view left the state alone; PLD only as fallback

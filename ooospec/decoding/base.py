@@ -36,10 +36,13 @@ class Draft:
 
     ``tokens`` continue right after the last committed token. ``source`` names who proposed it
     (one of `DRAFT_SOURCES`); it is kept per tree node so that every accepted token can be credited.
+    ``guess``: a bet rather than a reading (the FSM's bet that an open value ends here), which a
+    composite source merges after every other draft.
     """
 
     tokens: list[int]
     source: str
+    guess: bool = False
 
     def __post_init__(self) -> None:
         if self.source not in DRAFT_SOURCES:
@@ -103,6 +106,14 @@ class DecodeState:
         self.text = self.ctx.tokenizer.decode(
             self.output_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
         )
+
+    def ahead(self, tokens: list[int]) -> "DecodeState":
+        """A copy with ``tokens`` committed too: asked to `propose` on it, a source says what would
+        follow them (ToolSpec continues the FSM's scaffold with retrieval this way). This state is
+        left as it is."""
+        view = DecodeState(self.ctx, list(self.output_ids), self.text, self.round_index)
+        view.commit(list(tokens))
+        return view
 
 
 class DraftSource(ABC):

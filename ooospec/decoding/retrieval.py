@@ -48,7 +48,6 @@ class CallRetrieval(DraftSource):
         self.max_entries = max_entries
         self.memory: list[MemoryEntry] = []
         self._haystack = np.zeros(0, dtype=np.int64)
-        self._tail: list[int] = []
 
     def begin(self, ctx: DecodeContext) -> None:
         offered = {tool["name"] for tool in ctx.request.tools}
@@ -61,13 +60,11 @@ class CallRetrieval(DraftSource):
             chunks.extend(entry.ids)
             chunks.append(SEPARATOR)
         self._haystack = np.asarray(chunks, dtype=np.int64)
-        self._tail = list(ctx.prompt_ids[-self.max_ngram :])
-
-    def observe(self, state: DecodeState, accepted: list[int]) -> None:
-        self._tail = (self._tail + list(accepted))[-self.max_ngram :]
 
     def propose(self, state: DecodeState) -> list[Draft]:
-        return [Draft(cont, "retrieval") for cont in self.continuations(self._tail)]
+        """Continuations of the committed tail (prompt tail + output ids), longest match first."""
+        tail = list(state.ctx.prompt_ids[-self.max_ngram :]) + state.output_ids[-self.max_ngram :]
+        return [Draft(cont, "retrieval") for cont in self.continuations(tail)]
 
     def continuations(self, tail_ids: list[int], limit: int | None = None) -> list[list[int]]:
         """Distinct continuations of ``tail_ids`` found in the memory, longest n-gram match first
@@ -87,11 +84,6 @@ class CallRetrieval(DraftSource):
             if len(found) == len(lengths):
                 break
         return found
-
-    @property
-    def tail(self) -> list[int]:
-        """The last committed ids (prompt tail + output) the next match starts from."""
-        return list(self._tail)
 
     def end(self, state: DecodeState, result) -> None:
         tools_called = frozenset(self._called_names(state))

@@ -566,10 +566,10 @@ class SchemaFSMSource(DraftSource):
             self.fsm = None
             ctx.trace.emit("fsm_fallback", reason=str(err), request=ctx.request.id)
 
-    def propose_split(self, state: DecodeState) -> tuple[list[Draft], list[Draft]]:
-        """(scaffold drafts, guesses that an open value ends here), each best first."""
+    def propose(self, state: DecodeState) -> list[Draft]:
+        """Scaffold drafts best first, then the guesses that an open value ends here (``guess``)."""
         if self.fsm is None:
-            return [], []
+            return []
         self.fsm.sync(state.text)
         fixed: list[Draft] = []
         guesses: list[Draft] = []
@@ -578,9 +578,5 @@ class SchemaFSMSource(DraftSource):
             if prop.eos and self._eos is not None:
                 tokens = tokens + [self._eos]
             if tokens:
-                (guesses if prop.guess else fixed).append(Draft(tokens, "fsm"))
-        return fixed, guesses
-
-    def propose(self, state: DecodeState) -> list[Draft]:
-        fixed, guesses = self.propose_split(state)
+                (guesses if prop.guess else fixed).append(Draft(tokens, "fsm", guess=prop.guess))
         return fixed + guesses

@@ -52,21 +52,23 @@ class ToolSpec(DraftSource):
             child.begin(ctx)
 
     def propose(self, state: DecodeState) -> list[Draft]:
-        scaffold, guesses = self.fsm.propose_split(state)
+        from_fsm = self.fsm.propose(state)
+        scaffold = [d for d in from_fsm if not d.guess]
         drafts = list(scaffold)
         if self.chain and scaffold:
-            drafts[1:1] = self._chained(scaffold[0])
+            drafts[1:1] = self._chained(state, scaffold[0])
         drafts += self.retrieval.propose(state)
         if self.pld_mode == "always" or (self.pld_mode == "fallback" and not drafts):
             drafts += self.pld.propose(state)
-        return drafts + guesses
+        return drafts + [d for d in from_fsm if d.guess]
 
-    def _chained(self, scaffold: Draft) -> list[Draft]:
+    def _chained(self, state: DecodeState, scaffold: Draft) -> list[Draft]:
         """The best scaffold draft continued by what followed the same text in an earlier call
         (the value after a key, the rest of a call): the FSM stops at every free value, retrieval
-        alone would need the scaffold committed first to match it."""
-        conts = self.retrieval.continuations(self.retrieval.tail + scaffold.tokens, limit=1)
-        return [Draft(scaffold.tokens + cont, "retrieval") for cont in conts]
+        alone would need the scaffold committed first to match it, so it is asked on the state
+        with the scaffold committed (`DecodeState.ahead`)."""
+        found = self.retrieval.propose(state.ahead(scaffold.tokens))[:1]
+        return [Draft(scaffold.tokens + d.tokens, "retrieval") for d in found]
 
     def observe(self, state: DecodeState, accepted: list[int]) -> None:
         for child in self.children:

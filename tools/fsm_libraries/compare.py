@@ -7,7 +7,7 @@ For every (target, benchmark) the first --n requests of the bench's seeded sampl
 requests with gold calls) are rendered in the target's frozen surface (`surface.for_request`),
 tokenized with the target tokenizer, and followed by EOS. Configurations:
 
-  ours              SchemaFSMSource.propose_split (all drafts: scaffold + guesses, max 6)
+  ours              SchemaFSMSource.propose (all drafts: scaffold + guesses, max 6)
   ours-top1         its first draft only (a single draft, like a library's forced string)
   xgr-native        xgrammar: JSON Schema of the whole call (anyOf over tools: name const +
                     argument schema), json.dumps-style layout via indent/separators, fence and
@@ -218,8 +218,7 @@ class Ours(Proposer):
         self.state.commit(list(ids))  # decode of the committed ids: the loop's job, not timed
 
     def propose(self, committed):
-        fixed, guesses = self.src.propose_split(self.state)
-        drafts = [d.tokens for d in fixed + guesses]
+        drafts = [d.tokens for d in self.src.propose(self.state)]  # scaffold drafts, then guesses
         return drafts[:1] if self.top1 else drafts
 
 
