@@ -1,13 +1,14 @@
 """`make reproduce` within a time budget: calibrate this machine, estimate every stage, state what is cut.
 
-The same notebooks take 51 minutes on the avx512_bf16 CPU and about three hours on a 2-core AVX2
-one (fp32; a verify forward costs 3.9x a step there, against 1.3x). So before the first chapter
-runs, `make reproduce` measures this machine for a few seconds per target (a one-row step, a
-verify forward at the tree budget the bench will choose, a prefill; on one and on two threads),
-multiplies those times by the work each chapter does (request counts from its parameters, output
-and prompt lengths and forwards per method from the committed lossless audit), and prints the
-estimate per stage. Where the estimate exceeds the budget, reductions are applied in a fixed order,
-each with its reason, until it fits:
+The same notebooks take 51 minutes on the avx512_bf16 CPU and several hours on a 2-core AVX2 one
+(fp32: a verify forward of 8 nodes costs 2.9x a one-row step there, against 1.3x for 16 nodes in
+bf16, and the step itself is slower). So, after the data chapter, `make reproduce` measures this
+machine (per target a one-row step, verify forwards around the tree budget the bench will choose
+and a prefill, on one and on two threads: about 4 minutes on the AVX2 CPU, most of it loading and
+the budget choice), multiplies those times by the work each chapter does (request counts from its
+parameters; output and prompt lengths and forwards per method from the committed lossless audit),
+and prints the estimate per stage. Where the estimate exceeds the budget, reductions are applied
+in a fixed order, each with its reason, until it fits:
 
 1. PLD leaves the results bench (the paper evaluates no PLD; 03's committed audit still shows it);
 2. the ablations chapter drops its budget sweep (03 runs ToolSpec's, and the bench's budget is
@@ -308,7 +309,13 @@ def make_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, 
               params: dict[str, dict[str, Any]] | None = None) -> ReproducePlan:
     """The full plan if it fits ``minutes`` (or no budget), else the least reduction that does."""
     params = params or {nb: notebook_parameters(nb) for nb in ("02_sidecar", "03_toolspec", "05_bench", "06_ablations")}
-    full = estimate(params, speeds, works, mats)
+    measured = StageEstimate("calibration", sum(s.calibrate_s for s in speeds.values()),
+                             "measured: target loads and forwards")
+
+    def estimate_all(chosen: dict[str, dict[str, Any]]) -> list[StageEstimate]:
+        return [measured] + estimate(chosen, speeds, works, mats)
+
+    full = estimate_all(params)
     plan = ReproducePlan(minutes, arithmetic, list(speeds.values()), full, full, {})
     if not minutes or plan.full_minutes <= minutes:
         return plan
@@ -319,7 +326,7 @@ def make_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, 
             reasons = [r for r in reasons if not r.startswith("n = ")]
         reasons.append(reason)
         chosen = reduced
-        plan.planned = estimate(reduced, speeds, works, mats)
+        plan.planned = estimate_all(reduced)
         if plan.planned_minutes <= minutes:
             break
     plan.reasons, plan.fits = reasons, plan.planned_minutes <= minutes
