@@ -92,28 +92,33 @@ class DecodeState:
     """The committed output so far, as token ids and as decoded text: the one copy of the
     committed tokens (the verifier keeps only the KV cache and the pending root).
 
-    ``text`` is refreshed at every commit (one decode of the committed ids, cheap next to a
-    forward) so sources that work on text do not each decode again.
+    ``text`` is decoded once per commit, when a source first reads it (one decode of the committed
+    ids, cheap next to a forward), so sources that work on text do not each decode again and a
+    state nobody reads as text (a lookahead for retrieval) costs no decode.
     """
 
     ctx: DecodeContext
     output_ids: list[int] = field(default_factory=list)
-    text: str = ""
     round_index: int = 0
+    _text: str | None = field(default="", repr=False)
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self.ctx.tokenizer.decode(
+                self.output_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
+        return self._text
 
     def commit(self, new_ids: list[int]) -> None:
         self.output_ids.extend(new_ids)
-        self.text = self.ctx.tokenizer.decode(
-            self.output_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
-        )
+        self._text = None
 
     def ahead(self, tokens: list[int]) -> "DecodeState":
         """A copy with ``tokens`` committed too: asked to `propose` on it, a source says what would
         follow them (ToolSpec continues the FSM's scaffold with retrieval this way). This state is
         left as it is."""
-        view = DecodeState(self.ctx, list(self.output_ids), self.text, self.round_index)
-        view.commit(list(tokens))
-        return view
+        return DecodeState(self.ctx, self.output_ids + list(tokens), self.round_index, None)
 
 
 class DraftSource(ABC):

@@ -215,7 +215,8 @@ class Ours(Proposer):
         return dt
 
     def advance(self, ids):
-        self.state.commit(list(ids))  # decode of the committed ids: the loop's job, not timed
+        self.state.commit(list(ids))
+        self.state.text  # decode of the committed ids: the loop's job, not timed
 
     def propose(self, committed):
         drafts = [d.tokens for d in self.src.propose(self.state)]  # scaffold drafts, then guesses
