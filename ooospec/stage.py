@@ -104,6 +104,19 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 raise ValueError(f"{path}:{lineno}: malformed JSON record ({err.msg})") from err
 
 
+def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
+    """Write ``records`` as JSON lines atomically (a reader never sees half a file); the count."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    count = 0
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += 1
+    tmp.replace(path)
+    return count
+
+
 def append_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
     with open(path, "a", encoding="utf-8") as handle:
         for record in records:

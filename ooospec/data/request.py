@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ooospec.data.schema import DataError
-from ooospec.stage import canonical_json, read_jsonl
+from ooospec.stage import canonical_json, read_jsonl, write_jsonl
 
 
 @dataclass
@@ -108,15 +108,7 @@ def check_tool_names(request: Request, where: str) -> None:
 
 
 def write_requests(path: Path, requests: Iterable[Request]) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for request in requests:
-            handle.write(json.dumps(request.to_dict(), ensure_ascii=False) + "\n")
-            count += 1
-    tmp.replace(path)  # atomic: a reader never sees half a file
-    return count
+    return write_jsonl(path, (request.to_dict() for request in requests))
 
 
 def read_requests(path: Path) -> Iterator[Request]:

@@ -7,7 +7,6 @@ sidecar asks online exactly the questions it was trained on.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any, Iterable, Iterator
 
 from ooospec.data.request import Call, Request
 from ooospec.sidecar.slots import ROW_KINDS, SlotPromptConfig, SlotRow, expand_call
-from ooospec.stage import read_jsonl
+from ooospec.stage import read_jsonl, write_jsonl
 
 # the paper's slot-row totals (section 3), reported next to ours
 PAPER_ROW_COUNTS = {"train": 75_567, "dev": 3_239}
@@ -114,15 +113,7 @@ def row_count_table(counts: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
 
 
 def write_rows(path: Path, rows: Iterable[SlotRow]) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    count = 0
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row.to_dict(), ensure_ascii=False) + "\n")
-            count += 1
-    tmp.replace(path)
-    return count
+    return write_jsonl(path, (row.to_dict() for row in rows))
 
 
 def read_rows(path: Path) -> Iterator[SlotRow]:
