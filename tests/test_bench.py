@@ -8,6 +8,7 @@ need no downloaded weights and take seconds.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -33,6 +34,7 @@ from weather_requests import weather_requests
     ("toolspec:no_retrieval:pld=off", "toolspec:no_retrieval:pld=off"),
     ("pld:budget=8", "pld:budget=8"),
     ("toolspec:both_cores:budget=8", "toolspec:both_cores:budget=8"),
+    ("ooospec:plain_hint:oracle", "ooospec:oracle:plain_hint"),
 ])
 def test_method_names_are_canonical_and_round_trip(text, canonical):
     spec = MethodSpec.parse(text)
@@ -50,6 +52,21 @@ def test_method_options_parse_into_fields():
     assert nullable.nullable and nullable.name == "ooospec:slot:nullable" and not MethodSpec.parse("ooospec").nullable
     assert not MethodSpec.parse("ooospec").shares_prefill and MethodSpec.parse("toolspec").shares_prefill
     assert not MethodSpec.parse("toolspec:both_cores").shares_prefill  # its own, faster prefill
+
+
+def test_plain_hint_is_the_earlier_hint_use():
+    """OoO-Spec bounds the hint's share of ToolSpec's tree and gates and follows it; ``plain_hint``
+    is the earlier use (no bound, no gate, no follow), and ToolSpec's own budget is never touched."""
+    from ooospec.bench.methods import method_budget, method_sources
+    from ooospec.decoding.out_of_order import HINT_SHARE
+
+    now, plain = MethodSpec.parse("ooospec"), MethodSpec.parse("ooospec:plain_hint")
+    assert method_budget(now, "qwen2.5-coder-0.5b").hint_share == HINT_SHARE
+    assert method_budget(plain, "qwen2.5-coder-0.5b").hint_share is None
+    assert method_budget(MethodSpec.parse("toolspec"), "qwen2.5-coder-0.5b").hint_share is None
+    assert method_budget(MethodSpec.parse("ooospec:hint_room=32"), "qwen2.5-coder-0.5b").hint_share is None
+    bank_now, bank_plain = method_sources(now, service=object())[0], method_sources(plain, service=object())[0]
+    assert (bank_now.gate, bank_now.follow) == (True, True) and (bank_plain.gate, bank_plain.follow) == (False, False)
 
 
 @pytest.mark.parametrize("text, message", [
@@ -88,7 +105,8 @@ def test_ablation_sources_switch_parts_off_and_budgets_resize():
     # the paper's budget: OoO-Spec's hint competes for ToolSpec's nodes, no room of its own
     for budget in ("", ":budget=8"):
         ours = method_budget(MethodSpec.parse("ooospec" + budget), "qwen2.5-coder-0.5b")
-        assert ours == method_budget(MethodSpec.parse("toolspec" + budget), "qwen2.5-coder-0.5b")
+        theirs = method_budget(MethodSpec.parse("toolspec" + budget), "qwen2.5-coder-0.5b")
+        assert replace(ours, hint_share=None) == theirs  # the share only bounds the hint inside it
         assert ours.hint_nodes == 0
     # the reserved-room ablation and the ToolSpec control with the same total nodes and depth
     room = method_budget(MethodSpec.parse(HINT_ROOM_ABLATION), "qwen2.5-coder-0.5b")

@@ -115,3 +115,26 @@ def test_a_node_several_sources_proposed_is_credited_as_shared():
     tree = build_tree([Draft([5, 6], "hint"), Draft([5, 7], "fsm"), Draft([9], "fsm")], TreeBudget(8, 8))
     credits = [node_credit(sources) for sources in tree.sources]
     assert credits == ["shared", "hint", "fsm", "fsm"]  # 5 (hint + fsm), 6, 7, 9
+
+
+def test_a_wrong_hint_cannot_take_toolspecs_best_draft_share():
+    """With ``hint_share`` a hint keeps the prefix it shares with the best other draft for free and
+    at most its share of the budget past the first disagreement; without it, a wrong hint drawn
+    first fills the whole tree (the eviction this option exists for)."""
+    wrong = Draft(list(range(100, 132)), "hint")  # wrong from its first token, 32 tokens long
+    best = Draft(list(range(1, 17)), "fsm")
+    evicted = build_tree([wrong, best], TreeBudget(max_nodes=16, max_depth=16))
+    assert all(s == ["hint"] for s in evicted.sources)  # today's merge: no ToolSpec node at all
+    shared = build_tree([wrong, best], TreeBudget(max_nodes=16, max_depth=16, hint_share=0.5))
+    tags = [s[0] for s in shared.sources]
+    assert tags.count("hint") == 8 and tags.count("fsm") == 8  # ToolSpec's best draft keeps half
+    # a hint that agrees with the best draft for 5 tokens takes those 5 free, then its share
+    agreeing = Draft(list(range(1, 6)) + list(range(200, 230)), "hint")
+    tree = build_tree([agreeing, best], TreeBudget(max_nodes=16, max_depth=16, hint_share=0.25))
+    tags = [s[0] for s in tree.sources]
+    assert tree.sources[:5] == [["hint", "fsm"]] * 5 and tags.count("hint") == 5 + 4
+    assert tags.count("fsm") == 16 - 9  # the rest of the budget goes on along ToolSpec's draft
+    # no other draft: nothing to protect, the hint is unchanged
+    assert build_tree([wrong], TreeBudget(max_nodes=16, max_depth=16, hint_share=0.25)).size == 16
+    with pytest.raises(ValueError):
+        TreeBudget(hint_share=1.5)

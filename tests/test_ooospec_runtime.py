@@ -15,7 +15,8 @@ import torch
 
 from ooospec.data.request import Call, Request
 from ooospec.decoding.base import DecodeContext, EventTrace
-from ooospec.decoding.hint import HintBank, align_hint, validate_payload
+from ooospec.bench.hint_replay import StoredHints
+from ooospec.decoding.hint import HintBank, align_hint, check_payload
 from ooospec.decoding.loop import decode
 from ooospec.models.tiny import tiny_causal_lm, tiny_target
 from ooospec.decoding.tree import TreeBudget
@@ -38,13 +39,24 @@ def test_align_fast_path_and_realignment_after_a_wrong_value():
     assert align_hint(HINT, HINT) is None  # hint used up
 
 
-def test_payload_validation_names_the_problem():
+def test_payload_checks_name_the_problem_and_keep_the_rest():
     request = Request("r", "b", "eval", [{"role": "user", "content": "x"}], TOOLS, None)
-    assert validate_payload('{"name":"get_weather","arguments":{"city":"Paris"}}', request)[0] == Call(
-        "get_weather", {"city": "Paris"})
-    assert "not JSON" in validate_payload('{"name": "get_weather", ', request)[1]
-    assert "unknown function" in validate_payload('{"name":"nope","arguments":{}}', request)[1]
-    assert "not an object" in validate_payload('{"name":"get_weather","arguments":[1]}', request)[1]
+    assert check_payload('{"name":"get_weather","arguments":{"city":"Paris"}}', request).calls == [
+        Call("get_weather", {"city": "Paris"})]
+    assert "not JSON" in check_payload('{"name": "get_weather", ', request).error
+    assert "unknown function" in check_payload('{"name":"nope","arguments":{}}', request).error
+    assert "not an object" in check_payload('{"name":"get_weather","arguments":[1]}', request).error
+    assert "over the 64-byte limit" in check_payload('{"name":"get_weather","arguments":{"city":"' + "x" * 80 + '"}}',
+                                                     request, max_bytes=64).error
+    # a slot no parameter has, or of the wrong JSON type, is dropped with its reason; the rest is used
+    checked = check_payload('{"name":"get_weather","arguments":{"city":3,"zip":"75001"}}', request)
+    assert checked.calls == [Call("get_weather", {})] and len(checked.dropped) == 2
+    assert any("zip: no such parameter" in d for d in checked.dropped)
+    assert any("city: a int where the schema says string" in d for d in checked.dropped)
+    # a list payload: the chosen call first, an unknown one dropped, the others kept
+    checked = check_payload('[{"name":"nope","arguments":{}},{"name":"get_weather","arguments":{"city":"Oslo"}}]',
+                            request)
+    assert checked.calls == [Call("get_weather", {"city": "Oslo"})] and checked.dropped == ["unknown function 'nope'"]
 
 
 class FixedText(SurfaceFormat):
@@ -158,20 +170,6 @@ def test_thread_placement_and_superseded_jobs(tokenizer):
         assert service.wait_idle(5)
 
 
-class _ReadyTicket:
-    """A ticket whose result is already there (no sidecar process needed)."""
-
-    def __init__(self, payload):
-        from ooospec.sidecar.service import SidecarResult
-
-        self.result = SidecarResult("r1", payload=payload, payload_bytes=len(payload))
-
-    def poll(self):
-        return self.result
-
-    wait = poll
-
-
 def test_hint_follows_the_layout_the_target_writes(tokenizer):
     """Qwen's API-Bank answers come inline or fenced: the hint aligns with whichever is committed."""
     from ooospec.decoding.base import DecodeState
@@ -182,10 +180,8 @@ def test_hint_follows_the_layout_the_target_writes(tokenizer):
     assert {v.variant for v in surface.variants(request)} == {"fenced", "inline"}
     call = Call("get_weather", {"city": "Paris"})
     fenced = QwenFencedJson("fenced").render([call])
-    bank = HintBank(service=None)
-    bank.ctx = _ctx(request, tokenizer, surface)
-    bank.hints, bank.done_polling = [], False  # what `begin` sets, without a sidecar
-    bank.ticket = _ReadyTicket(call.compact())
+    bank = HintBank(StoredHints({request.id: call.compact()}))
+    bank.begin(_ctx(request, tokenizer, surface))
     state = DecodeState(bank.ctx)
     state.commit(tokenizer.encode(fenced[: fenced.index('"get')], add_special_tokens=False))
     (draft,) = bank.propose(state)
@@ -196,3 +192,97 @@ def test_hint_follows_the_layout_the_target_writes(tokenizer):
     state.commit(tokenizer.encode(inline[:12], add_special_tokens=False))
     (draft,) = bank.propose(state)
     assert inline[12:].startswith(tokenizer.decode(draft.tokens))
+
+
+TWO_TOOLS = TOOLS + [{"name": "get_time", "description": "time",
+                      "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}]
+
+
+def _bank_on(request, tokenizer, payload, **options):
+    """A hint bank whose sidecar answer is already there, begun on ``request`` (fenced Qwen surface)."""
+    from ooospec.models.formats.qwen_fenced_json import QwenFencedJson
+
+    bank = HintBank(StoredHints({request.id: payload}), **options)
+    bank.begin(_ctx(request, tokenizer, QwenFencedJson("fenced")))
+    return bank
+
+
+def test_no_hint_in_prose(tokenizer):
+    """Prose whose last word occurs in the hint gets no proposal once the bank reads the committed
+    text with the schema FSM; the call's opening and its inside still do."""
+    from ooospec.decoding.base import DecodeState
+    from ooospec.models.formats.qwen_fenced_json import QwenFencedJson
+
+    request = _request()
+    payload = Call("get_weather", {"city": "Paris"}).compact()
+    prose = "Sure, I will look up the weather in Paris"
+    for gate, expected in ((True, 0), (False, 1)):
+        bank = _bank_on(request, tokenizer, payload, gate=gate)
+        state = DecodeState(bank.ctx)
+        state.commit(tokenizer.encode(prose, add_special_tokens=False))
+        assert len(bank.propose(state)) == expected  # ungated: "Paris" aligns into the call's value
+    bank = _bank_on(request, tokenizer, payload)
+    assert bank.propose(DecodeState(bank.ctx))  # at the opening: the whole call
+    call_text = QwenFencedJson("fenced").render([Call("get_weather", {"city": "Paris"})])
+    state = DecodeState(bank.ctx)
+    state.commit(tokenizer.encode(prose + "\n" + call_text[:20], add_special_tokens=False))
+    (draft,) = bank.propose(state)
+    assert call_text[20:].startswith(tokenizer.decode(draft.tokens))  # a call begun after prose
+
+
+def test_the_hint_follows_the_function_the_target_writes(tokenizer):
+    """The sidecar chose get_weather, the target writes get_time: with ``follow`` the payload's
+    get_time slots are proposed and accepted (replayed against the target's output); without it
+    the hint never proposes them. The output is the reference either way."""
+    from ooospec.bench.hint_replay import ReferenceVerifier
+    from ooospec.decoding.toolspec import ToolSpec
+    from ooospec.decoding.tree import TreeBudget
+    from ooospec.models.formats.qwen_fenced_json import QwenFencedJson
+    from ooospec.models.target import TargetModel
+
+    request = Request("r1", "test", "eval", [{"role": "user", "content": "what time is it?"}], TWO_TOOLS, None)
+    surface = QwenFencedJson("fenced")
+    written = surface.render([Call("get_time", {"zone": "Europe/Oslo"})])
+    reference = tokenizer.encode(written, add_special_tokens=False)
+    payload = "[" + Call("get_weather", {"city": "Paris"}).compact() + "," + Call("get_time", {"zone": "Europe/Oslo"}).compact() + "]"
+    target = TargetModel("replay", None, tokenizer, surface, [])
+    credited = {}
+    for follow in (True, False):
+        bank = HintBank(StoredHints({request.id: payload}), follow=follow)
+        out = decode(target, [bank, ToolSpec()], _ctx(request, tokenizer, surface), len(reference), TreeBudget(16, 16),
+                     verifier=ReferenceVerifier(reference, [], len(tokenizer)))
+        assert out.output_ids == reference
+        credited[follow] = out.source_counts["hint"]
+    value_tokens = len(tokenizer.encode("Europe/Oslo", add_special_tokens=False))
+    assert credited[True] >= credited[False] + value_tokens  # the value only the followed call knows
+
+
+def test_the_hint_depth_follows_acceptance():
+    from ooospec.decoding.hint import DepthSchedule
+
+    schedule = DepthSchedule(start=8, grow=2, shrink=4, floor=2, cap=12)
+    for accepted, depth in ((True, 10), (True, 12), (True, 12), (False, 8), (False, 4), (False, 2), (False, 2)):
+        schedule.update(accepted)
+        assert schedule.depth == depth
+
+
+def test_a_replay_counts_what_the_target_does(tiny, tokenizer):
+    """`ReferenceVerifier` (the target's greedy output known) gives the same rounds, tree sizes and
+    accepted tokens as verifying with the model itself: what the dev replay's counts rest on."""
+    from ooospec.bench.hint_replay import ReferenceVerifier
+    from ooospec.decoding.toolspec import ToolSpec
+
+    request = _request()
+    target = tiny_target(tiny, tokenizer)
+    ar = decode(target, [], _ctx(request, tokenizer, None), max_new_tokens=40)
+    text = tokenizer.decode(ar.output_ids, skip_special_tokens=False)
+    surface = FixedText(text[: len(text) // 2] + "zzz")  # a hint right for half the output, then wrong
+    runs = {}
+    for kind in ("model", "replay"):
+        bank = HintBank(StoredHints({request.id: Call("get_weather", {}).compact()}), max_tokens=12)
+        verifier = ReferenceVerifier(ar.output_ids, [], len(tokenizer)) if kind == "replay" else None
+        runs[kind] = decode(target, [bank, ToolSpec()], _ctx(request, tokenizer, surface), 40, TreeBudget(8, 8),
+                            verifier=verifier)
+    assert runs["replay"].output_ids == runs["model"].output_ids == ar.output_ids
+    shape = {k: [(r.tree_size, r.accepted, r.credits) for r in out.rounds] for k, out in runs.items()}
+    assert shape["replay"] == shape["model"] and len(shape["model"]) < ar.forwards

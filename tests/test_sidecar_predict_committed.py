@@ -67,7 +67,8 @@ def test_committed_sidecar_reproduces_its_dev_waves(sidecar_dir, waves_file, pro
     for record in stored:
         wave = predictor.predict_wave(dev[record["request_id"]])
         assert [row.text for row in wave.rows] == [row["text"] for row in record["rows"]]
-        assert wave.payload == record["payload"]
+        shipped = json.loads(wave.payload)  # the chosen call first, then the other functions' (alternatives)
+        assert (shipped[0] if isinstance(shipped, list) else shipped) == json.loads(record["payload"])
 
 
 @pytest.mark.slow

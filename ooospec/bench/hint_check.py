@@ -4,7 +4,9 @@ Greedy verification accepts a hint token only where the target would have writte
 helps exactly as far as it agrees with the target's *own* call (not with gold). Per cell, on the
 same requests: how often the target wrote a call at all (a hint cannot help prose), how often the
 hint was ready before the request finished, whether it named the target's function, which share
-of the target's argument values it had exactly, and whether the whole call matched. Beside the
+of the target's argument values it had exactly, whether the whole call matched, and whether the
+hint's call *for the function the target wrote* matched (the hint follows that function: the
+sidecar ships every function's slots). Beside the
 decode-phase ratio over ToolSpec this says where OoO-Spec falls short and why; the timelines
 chapter shows the per-token provenance of single requests.
 """
@@ -15,7 +17,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-COLUMNS = ["n", "target wrote a call", "hint in time", "same function", "same values", "same call"]
+COLUMNS = ["n", "target wrote a call", "hint in time", "same function", "same values", "same call",
+           "same call for the target's function"]
 
 
 def _mean(values: list[bool]) -> float:
@@ -28,13 +31,16 @@ def agreement_row(hint: dict[str, Any] | None, target_call: Any) -> dict[str, An
     call = hint.get("call") if not hint.get("error") else None
     ready = hint.get("ready_round") is not None and call is not None
     row: dict[str, Any] = {"wrote_call": target_call is not None, "ready": ready,
-                           "function": None, "values": [], "whole": None}
+                           "function": None, "values": [], "whole": None, "followed": None}
     if target_call is None or call is None:
         return row
     arguments = call.get("arguments") or {}
     row["function"] = call.get("name") == target_call.name
     row["values"] = [k in arguments and arguments[k] == v for k, v in (target_call.arguments or {}).items()]
     row["whole"] = bool(row["function"]) and arguments == (target_call.arguments or {})
+    calls = hint.get("calls") or [call]
+    followed = next((c for c in calls if c.get("name") == target_call.name), None)
+    row["followed"] = followed is not None and (followed.get("arguments") or {}) == (target_call.arguments or {})
     return row
 
 
@@ -63,5 +69,6 @@ def hint_agreement(records: Iterable[dict[str, Any]], profile: str = "cpu", meth
                      "hint in time": _mean([g["ready"] for g in group]),
                      "same function": _mean([g["function"] for g in both]),
                      "same values": _mean([v for g in both for v in g["values"]]),
-                     "same call": _mean([g["whole"] for g in both])})
+                     "same call": _mean([g["whole"] for g in both]),
+                     "same call for the target's function": _mean([g["followed"] for g in both])})
     return pd.DataFrame(rows, columns=["target", "benchmark", *COLUMNS]).set_index(["target", "benchmark"])

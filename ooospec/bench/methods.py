@@ -20,7 +20,9 @@ The bench and the ablations name every variant as a string, so a notebook parame
   control with the total nodes and depth of ``ooospec:hint_room=32`` is ``toolspec:budget=48:depth=32``);
 * ``hint_room=N`` (ooospec): N more nodes (and depth N) that only the hint may fill, on top of
   ToolSpec's budget (an ablation: by default the hint competes for ToolSpec's nodes, as in the paper);
-* ``hint_tokens=N`` (ooospec): longest hint draft.
+* ``hint_tokens=N`` (ooospec): longest hint draft;
+* ``plain_hint`` (ooospec): the hint used as before it was bounded, gated and made to follow the
+  target's function (`ooospec.decoding.out_of_order`): an ablation.
 
 `MethodSpec.name` is the canonical spelling (defaults left out, options in a fixed order), so
 ``"ooospec:delay=2.0"`` and ``"ooospec:delay=2"`` are one method.
@@ -81,6 +83,7 @@ class MethodSpec:
     depth: int | None = None  # depth limit; None: the target's default
     hint_room: int = 0  # nodes only the hint may fill, on top of the budget (ablation)
     hint_tokens: int = DEFAULT_HINT_TOKENS
+    plain_hint: bool = False  # the earlier hint use (no share bound, no gate, no follow)
 
     def __post_init__(self) -> None:
         if self.base not in BASES:
@@ -141,6 +144,8 @@ class MethodSpec:
             parts.append(f"hint_room={self.hint_room}")
         if self.hint_tokens != DEFAULT_HINT_TOKENS:
             parts.append(f"hint_tokens={self.hint_tokens}")
+        if self.plain_hint:
+            parts.append("plain_hint")
         return ":".join(parts)
 
     @property
@@ -188,6 +193,9 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key == "nullable" and not value:
         need(("ooospec",))
         return "nullable", True
+    if key == "plain_hint" and not value:
+        need(("ooospec",))
+        return "plain_hint", True
     if key in SIDECAR_KINDS and not value:
         need(("ooospec",))
         return "sidecar", key
@@ -274,7 +282,7 @@ def method_sources(spec: MethodSpec, service: Any = None) -> list[DraftSource]:
     if service is None:
         raise ValueError(f"method {spec.name!r} needs a sidecar service")
     return ooospec_sources(service, mode=spec.sidecar_mode, blocking=spec.blocking,
-                           hint_tokens=spec.hint_tokens, **options)
+                           hint_tokens=spec.hint_tokens, plain_hint=spec.plain_hint, **options)
 
 
 def method_budget(spec: MethodSpec, target_name: str, default: TreeBudget | None = None) -> TreeBudget:
@@ -285,7 +293,7 @@ def method_budget(spec: MethodSpec, target_name: str, default: TreeBudget | None
     budget = default or default_budget(target_name)
     budget = TreeBudget(max_nodes=spec.budget if spec.budget is not None else budget.max_nodes,
                         max_depth=spec.depth if spec.depth is not None else budget.max_depth)
-    return ooospec_budget(budget, spec.hint_room) if spec.base == "ooospec" else budget
+    return ooospec_budget(budget, spec.hint_room, spec.plain_hint) if spec.base == "ooospec" else budget
 
 
 def ablation_methods(ablations: list[str], delays: list[float]) -> list[str]:

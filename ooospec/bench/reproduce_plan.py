@@ -48,6 +48,8 @@ SIDECAR_LATENCY_PREFILLS = 5.3
 SIDECAR_FIXED_S = 60.0
 BOOK_S = 150.0  # jupyter-book build of every chapter
 LOAD_S = 15.0  # a target load, a sidecar start, the budget choice: per slice
+REPLAY_CASES = 60  # dev requests with a committed teacher trace and a served sidecar wave
+REPLAY_REQUEST_S = 0.08  # one request replayed by one hint use (AVX2 machine: 60 x 26 replays in 126 s)
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,14 @@ def sweep_seconds(methods: list[str], targets: list[str], requests: int, speeds:
     return sum(slice_seconds(methods, dev_work(works[t]), speeds[t], requests, warmup, mats.get(t)) for t in targets)
 
 
+def replay_seconds(replay_nodes: list[int]) -> float:
+    """06's hint-use replay on dev (`ooospec.bench.hint_replay`): no target forward, so a count of
+    requests x uses x budgets at the time one took here (draft sources and merge only)."""
+    from ooospec.bench.hint_replay import DEFAULT_USES, SHARE_GRID
+
+    return REPLAY_CASES * (len(DEFAULT_USES) + len(SHARE_GRID)) * len(replay_nodes) * REPLAY_REQUEST_S
+
+
 def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
              mats: dict[str, dict[int, float]]) -> list[StageEstimate]:
     """Seconds per notebook for the given notebook parameters (03/04/07 read 05's run, decoded in 03)."""
@@ -260,6 +270,7 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
     if ablation["budgets"]:
         ablation_s += sweep_seconds(budget_methods(ablation["budgets"]), ablation["targets"],
                                     ablation["budget_requests"], speeds, works, mats, ablation["warmup"])
+    ablation_s += replay_seconds(ablation.get("replay_nodes") or [])
     n = bench["requests"]
     return [
         StageEstimate("00_data", 30.0, "build the splits"),

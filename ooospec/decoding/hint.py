@@ -2,28 +2,40 @@
 
 At arrival (`begin`, before the target's prefill) the request is submitted to the sidecar. At
 every candidate-construction boundary (`propose`) the bank makes one zero-timeout poll; from the
-first boundary that sees a result, the call is rendered with the target's frozen surface
-rendering and becomes a document the bank aligns the committed text against (text level, so it
-is robust to the target's token boundaries), proposing what the hint says comes next,
-re-tokenized with the target's own tokenizer. After a wrong value the committed text stops being
-a prefix of the hint; the bank re-aligns on the longest committed suffix found in the hint, which
-lands on the next shared key once the target has written it. The target stays the only verifier:
-the hint can only be accepted where it equals the greedy output.
+first boundary that sees a result, the payload is checked against the request's schemas
+(`check_payload`) and every call in it (the sidecar's chosen function first, then the other
+functions it filled) is rendered in every layout of the target's frozen surface. These texts are
+documents the bank aligns the committed text against (text level, so it is robust to the target's
+token boundaries), proposing what the hint says comes next, re-tokenized with the target's own
+tokenizer. After a wrong value the committed text stops being a prefix of the hint; the bank
+re-aligns on the longest committed suffix found in the hint, which lands on the next shared key
+once the target has written it. The target stays the only verifier: the hint can only be accepted
+where it equals the greedy output.
 
-Invalid payloads (not JSON, no such function, arguments not an object) and sidecar failures are
-recorded in the trace and the bank offers nothing: decoding continues as plain ToolSpec.
+Three rules keep a hint from costing more than it can give. The bank follows the schema FSM over
+the committed text (`ooospec.decoding.schema_fsm`): it proposes only at a call's opening or inside
+a call, never in prose or after a finished call (``gate``), and once the target has written a
+function name it aligns only to that function's call (``follow``). Its depth follows acceptance
+(`DepthSchedule`): longer after a fully accepted hint, shorter after a rejection. The tree merge
+bounds what a hint may take from ToolSpec's best draft (`ooospec.decoding.tree.TreeBudget.hint_share`).
+
+Invalid payloads and sidecar failures are recorded in the trace and the bank offers nothing:
+decoding continues as plain ToolSpec. Invalid parts of a payload (a slot no parameter of its
+function has, a value of the wrong JSON type) are dropped with their reason; the rest is used.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ooospec.data.request import Call, Request
 from ooospec.decoding.base import DecodeContext, DecodeState, Draft, DraftSource
+from ooospec.decoding.schema_fsm import SchemaCompileError, SchemaFSM, compile_schema
 from ooospec.decoding.text_drafts import tokens_continuing
+from ooospec.decoding.tree import shared_prefix
 from ooospec.sidecar.service import SidecarResult, SidecarService, SidecarTicket
 
 
@@ -63,22 +75,116 @@ def align_hint(committed: str, hint: str, cursor: int = 0, min_match: int = 3) -
     return None
 
 
-def validate_payload(payload: str | None, request: Request) -> tuple[Call | None, str | None]:
-    """The sidecar's compact call as a `Call`, or the reason it cannot be used."""
+MAX_PAYLOAD_BYTES = 4096  # far above any call of the benchmarks (median ~85 B): a runaway answer
+
+JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list,), "object": (dict,), "null": (type(None),),
+}
+
+
+@dataclass
+class CheckedPayload:
+    """What of a payload the bank may propose: calls (the sidecar's choice first), what was dropped
+    and why, or why nothing is usable."""
+
+    calls: list[Call] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def value_fits(value: Any, schema: Any) -> bool:
+    """The value's JSON type is one the parameter schema allows (no ``type``: any)."""
+    kinds = schema.get("type") if isinstance(schema, dict) else None
+    if kinds is None:
+        return True
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    for kind in kinds:
+        allowed = JSON_TYPES.get(kind)
+        if allowed is None:
+            return True  # a type name JSON Schema does not have: nothing to check against
+        if isinstance(value, bool) and kind in ("integer", "number"):
+            continue
+        if isinstance(value, allowed):
+            return True
+    return False
+
+
+def _check_call(item: Any, request: Request, dropped: list[str]) -> Call | None:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        dropped.append("a call has no function name")
+        return None
+    name = item["name"]
+    tool = request.tool(name)
+    if tool is None:
+        dropped.append(f"unknown function {name!r}")
+        return None
+    arguments = item.get("arguments", {})
+    if not isinstance(arguments, dict):
+        dropped.append(f"{name}: arguments are not an object")
+        return None
+    params = tool.get("parameters") if isinstance(tool.get("parameters"), dict) else {}
+    properties = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    kept: dict[str, Any] = {}
+    for key, value in arguments.items():
+        if key not in properties:
+            dropped.append(f"{name}.{key}: no such parameter")
+        elif not value_fits(value, properties[key]):
+            dropped.append(f"{name}.{key}: a {type(value).__name__} where the schema says {properties[key].get('type')}")
+        else:
+            kept[key] = value
+    return Call(name, kept)
+
+
+def check_payload(payload: str | None, request: Request, max_bytes: int = MAX_PAYLOAD_BYTES) -> CheckedPayload:
+    """The usable calls of the sidecar's payload (one compact call, or a list of calls with the
+    chosen one first), each slot checked against its function's schema."""
     if payload is None:
-        return None, "sidecar returned no call"
+        return CheckedPayload(error="sidecar returned no call")
+    size = len(payload.encode("utf-8"))
+    if size > max_bytes:
+        return CheckedPayload(error=f"payload of {size} bytes is over the {max_bytes}-byte limit")
     try:
         data = json.loads(payload)
     except json.JSONDecodeError as err:
-        return None, f"payload is not JSON ({err.msg} at {err.pos})"
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        return None, "payload has no function name"
-    if request.tool(data["name"]) is None:
-        return None, f"payload names unknown function {data['name']!r}"
-    arguments = data.get("arguments", {})
-    if not isinstance(arguments, dict):
-        return None, "payload arguments are not an object"
-    return Call(data["name"], arguments), None
+        return CheckedPayload(error=f"payload is not JSON ({err.msg} at {err.pos})")
+    items = data if isinstance(data, list) else [data]
+    checked = CheckedPayload()
+    for item in items:
+        call = _check_call(item, request, checked.dropped)
+        if call is not None and all(call.name != c.name for c in checked.calls):
+            checked.calls.append(call)
+    if not checked.calls:
+        checked.error = "payload has no usable call" + (f" ({checked.dropped[0]})" if checked.dropped else "")
+    return checked
+
+
+@dataclass
+class DepthSchedule:
+    """The hint's draft depth, following acceptance as transformers' ``"heuristic"`` schedule
+    does for its assistant: ``grow`` after a fully accepted hint draft, ``shrink`` after one the
+    target cut short, within [``floor``, ``cap``]."""
+
+    start: int = 16
+    grow: int = 2
+    shrink: int = 4
+    floor: int = 4
+    cap: int = 32
+
+    def __post_init__(self) -> None:
+        self.depth = self.start
+
+    def update(self, fully_accepted: bool) -> None:
+        step = self.grow if fully_accepted else -self.shrink
+        self.depth = max(self.floor, min(self.cap, self.depth + step))
+
+
+@dataclass(frozen=True)
+class HintText:
+    """One call of the payload rendered in one layout of the target's surface."""
+
+    function: str
+    text: str
 
 
 @dataclass
@@ -90,29 +196,48 @@ class HintStats:
     payload_bytes: int = 0
     wave_s: float | None = None
     hint_text: str | None = None
-    call: dict[str, Any] | None = None
+    call: dict[str, Any] | None = None  # the sidecar's chosen call (after the payload checks)
     proposals: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 class HintBank(DraftSource):
-    """Draft source backed by a `SidecarService`; ``blocking`` is the ablation that waits."""
+    """Draft source backed by a `SidecarService`; ``blocking`` is the ablation that waits.
+
+    ``gate``: propose only at a call's opening or inside a call (the schema FSM's reading of the
+    committed text). ``follow``: use every function of the payload and, once the target has written
+    a name, only that function's call. ``depth``: a `DepthSchedule`, or None for a fixed
+    ``max_tokens``. Where the request's schema does not compile, there is no FSM and the bank
+    aligns as if ungated (recorded in the stats)."""
 
     name = "hint"
 
     def __init__(self, service: SidecarService, mode: str = "wave", blocking: bool = False,
-                 max_tokens: int = 32, min_match: int = 3):
+                 max_tokens: int = 32, min_match: int = 3, gate: bool = True, follow: bool = True,
+                 depth: DepthSchedule | None = None):
         self.service, self.mode, self.blocking = service, mode, blocking
         self.max_tokens, self.min_match = max_tokens, min_match
+        self.gate, self.follow, self.depth_settings = gate, follow, depth
         self.ticket: SidecarTicket | None = None
         self.stats = HintStats()
+        self.hints: list[HintText] = []
+        self.cursors: dict[HintText, int] = {}
+        self.fsm: SchemaFSM | None = None
 
     def begin(self, ctx: DecodeContext) -> None:
         self.ctx = ctx
         self.stats = HintStats()
-        self.hints: list[str] = []  # the call in every layout the target may use, expected first
-        self.cursors: list[int] = []
+        self.hints = []  # every call in every layout the target may use: chosen call, expected layout first
+        self.cursors = {}
         self.done_polling = False
+        self.depth = replace(self.depth_settings) if self.depth_settings else None
+        self._pending: list[int] = []
+        self.fsm = None
+        if (self.gate or self.follow) and ctx.surface is not None:
+            try:
+                self.fsm = SchemaFSM(compile_schema(ctx.request.tools, ctx.surface))
+            except SchemaCompileError as err:
+                self.stats.extra["hint_fsm"] = f"none ({err}): ungated"
         self.ticket = self.service.submit(ctx.request, self.mode)
         ctx.trace.emit("sidecar_submit", mode=self.mode)
 
@@ -120,35 +245,54 @@ class HintBank(DraftSource):
         """Sidecar timestamps (shared monotonic clock) on the trace's clock."""
         return monotonic_t + (time.perf_counter() - time.monotonic()) - self.ctx.trace.t0
 
+    def _reject(self, state: DecodeState, why: str) -> None:
+        self.stats.error = why
+        self.ctx.trace.emit("hint_rejected", round=state.round_index, reason=why)
+
     def _take(self, result: SidecarResult, state: DecodeState) -> None:
         trace = self.ctx.trace
         self.done_polling = True
         self.stats.payload_bytes = result.payload_bytes
         self.stats.extra["sidecar"] = result.detail  # e.g. why the sidecar's own join dropped a slot
-        if result.error is None:
-            self.stats.wave_s = result.wave_s
-            trace.emit("sidecar_wave", start=self._to_trace_time(result.wave_start),
-                       end=self._to_trace_time(result.wave_end), rows=result.rows,
-                       received=self._to_trace_time(result.received_at))
-            call, why = validate_payload(result.payload, self.ctx.request)
-        else:
-            call, why = None, result.error
-        if call is None:
-            self.stats.error = why
-            trace.emit("hint_rejected", round=state.round_index, reason=why)
-            return
+        if result.error is not None:
+            return self._reject(state, result.error)
+        self.stats.wave_s = result.wave_s
+        trace.emit("sidecar_wave", start=self._to_trace_time(result.wave_start),
+                   end=self._to_trace_time(result.wave_end), rows=result.rows,
+                   received=self._to_trace_time(result.received_at))
+        checked = check_payload(result.payload, self.ctx.request)
+        if checked.dropped:
+            self.stats.extra["payload_dropped"] = checked.dropped
+            trace.emit("hint_payload_dropped", round=state.round_index, dropped=checked.dropped)
+        if checked.error is not None:
+            return self._reject(state, checked.error)
         if self.ctx.surface is None:
-            self.stats.error = "target has no surface format to render the hint"
-            trace.emit("hint_rejected", round=state.round_index, reason=self.stats.error)
-            return
-        self.hints = list(dict.fromkeys(v.render([call]) for v in self.ctx.surface.variants(self.ctx.request)))
-        self.cursors = [0] * len(self.hints)
-        self.stats.ready_round, self.stats.call = state.round_index, call.to_dict()
-        self.stats.hint_text = self.hints[0]
+            return self._reject(state, "target has no surface format to render the hint")
+        calls = checked.calls if self.follow else checked.calls[:1]
+        layouts = self.ctx.surface.variants(self.ctx.request)
+        self.hints = list(dict.fromkeys(HintText(c.name, v.render([c])) for c in calls for v in layouts))
+        self.cursors = {h: 0 for h in self.hints}
+        self.stats.ready_round, self.stats.call = state.round_index, calls[0].to_dict()
+        self.stats.hint_text = self.hints[0].text
+        self.stats.extra["calls"] = [c.to_dict() for c in calls]  # every function the hint can follow
         trace.emit("hint_ready", round=state.round_index, payload_bytes=result.payload_bytes,
-                   hint_chars=len(self.hints[0]))
+                   hint_chars=len(self.hints[0].text), calls=len(calls))
+
+    def _candidates(self, state: DecodeState) -> list[HintText]:
+        """The hint texts the committed text may continue: none in prose or after a call (gate);
+        the written function's only, once a name is written (follow)."""
+        if self.fsm is None:
+            return self.hints
+        self.fsm.sync(state.text)
+        if self.gate and state.text.strip() and self.fsm.position() in ("before", "after"):
+            return []
+        written = self.fsm.call_functions() if self.follow else frozenset()
+        if not written:
+            return self.hints
+        return [h for h in self.hints if h.function in written]
 
     def propose(self, state: DecodeState) -> list[Draft]:
+        self._pending = []
         if not self.hints:
             if self.done_polling or self.ticket is None:
                 return []
@@ -158,22 +302,29 @@ class HintBank(DraftSource):
             self._take(result, state)
             if not self.hints:
                 return []
-        # align the committed text with each layout of the hint; the longest match says which
-        # layout the target is writing (ties go to the expected layout)
-        best, best_index = None, -1
-        for index, (hint, cursor) in enumerate(zip(self.hints, self.cursors)):
-            alignment = align_hint(state.text, hint, cursor, self.min_match)
+        # align the committed text with each candidate; the longest match says which call and
+        # layout the target is writing (ties go to the chosen call's expected layout)
+        best, best_hint = None, None
+        for hint in self._candidates(state):
+            alignment = align_hint(state.text, hint.text, self.cursors[hint], self.min_match)
             if alignment is not None and (best is None or alignment.matched > best.matched):
-                best, best_index = alignment, index
-        alignment = best
-        if alignment is None or not alignment.remainder:
+                best, best_hint = alignment, hint
+        if best is None or best_hint is None or not best.remainder:
             return []
-        self.cursors[best_index] = alignment.position
-        tokens = tokens_continuing(self.ctx.tokenizer, state.output_ids, alignment.remainder)
+        self.cursors[best_hint] = best.position
+        tokens = tokens_continuing(self.ctx.tokenizer, state.output_ids, best.remainder)
+        tokens = tokens[: self.depth.depth if self.depth else self.max_tokens]
         if not tokens:
             return []
         self.stats.proposals += 1
-        return [Draft(tokens[: self.max_tokens], "hint")]
+        self._pending = tokens
+        return [Draft(tokens, "hint")]
+
+    def observe(self, state: DecodeState, accepted: list[int]) -> None:
+        """After a round with a hint draft: did the target take all of it? (the depth schedule)"""
+        if self._pending and self.depth is not None:
+            self.depth.update(shared_prefix(accepted, self._pending) >= len(self._pending))
+        self._pending = []
 
     def end(self, state: DecodeState, result: Any) -> None:
         if not self.done_polling and self.ticket is not None:

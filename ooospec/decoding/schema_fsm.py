@@ -461,6 +461,17 @@ class SchemaFSM:
                 return "key"
         return "before"
 
+    def call_functions(self) -> frozenset[str]:
+        """Names of the functions whose call the committed text may be writing right now: one
+        once its name is written, several while a name is half written, none in prose, in a
+        call's opener or after a finished call."""
+        names: set[str] = set()
+        for config in self.configs:
+            node = config.node if isinstance(config, (InValue, FreeKey)) else getattr(config, "then", None)
+            if isinstance(node, (Keys, Value)):
+                names.add(self.variants[node.v].functions[node.fn].name)
+        return frozenset(names)
+
     # -- proposing --
 
     def proposals(self, max_drafts: int = 6) -> list[Proposal]:

@@ -31,16 +31,25 @@ class TreeBudget:
     their own, so when no hint is there OoO-Spec's tree is ToolSpec's, node for node, and a gain
     over ToolSpec cannot come from a bigger tree. With ``hint_nodes == 0`` hint drafts share the
     main budget like any other source.
+
+    ``hint_share`` (main budget only) bounds what a hint draft may take where it *disagrees* with
+    the best other draft: the prefix they share is free (those nodes serve both), and past the
+    first disagreement the hint keeps at most ``hint_share * max_nodes`` nodes, so a wrong hint can
+    no longer take the whole tree from ToolSpec's best draft. None: the hint competes like any
+    draft (being first, it may fill the whole budget).
     """
 
     max_nodes: int = 16
     max_depth: int = 16
     hint_nodes: int = 0
     hint_depth: int = 0
+    hint_share: float | None = None
 
     def __post_init__(self) -> None:
         if min(self.max_nodes, self.max_depth, self.hint_nodes, self.hint_depth) < 0:
             raise ValueError(f"tree budget must be non-negative, got {self}")
+        if self.hint_share is not None and not 0.0 <= self.hint_share <= 1.0:
+            raise ValueError(f"hint_share must be within [0, 1], got {self.hint_share}")
 
     @property
     def total_nodes(self) -> int:
@@ -119,15 +128,39 @@ class DraftTree:
             row = node + 1
 
 
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix of two token lists."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def cap_hint_drafts(drafts: list[Draft], budget: TreeBudget) -> list[Draft]:
+    """``drafts`` with every hint draft cut to its shared prefix with the best other draft plus
+    ``hint_share * max_nodes`` tokens (`TreeBudget.hint_share`); unchanged without a share, with a
+    hint pool of its own, or with no other draft to protect."""
+    if budget.hint_share is None or budget.hint_nodes > 0:
+        return drafts
+    best = next((d for d in drafts if d.source != "hint"), None)
+    if best is None:
+        return drafts
+    room = int(budget.hint_share * budget.max_nodes)
+    return [Draft(d.tokens[: shared_prefix(d.tokens, best.tokens) + room], d.source, d.guess)
+            if d.source == "hint" else d for d in drafts]
+
+
 def build_tree(drafts: list[Draft], budget: TreeBudget) -> DraftTree:
     """Merge drafts (best first) into a trie under ``budget``.
 
     A node counts against the pool of the draft that created it; a later draft that shares the
-    node (any source) costs nothing there.
+    node (any source) costs nothing there. Hint drafts are first cut as `cap_hint_drafts` says.
     """
     tree = DraftTree()
     created = {"main": 0, "hint": 0}
-    for draft in drafts:
+    for draft in cap_hint_drafts(drafts, budget):
         pool, max_nodes, max_depth = budget.limits(draft.source)
         row = 0
         for depth, token in enumerate(draft.tokens[:max_depth], start=1):

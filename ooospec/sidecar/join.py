@@ -1,9 +1,13 @@
 """Join a wave's row answers into one semantic call.
 
-The function-index answer picks the function; only that function's argument rows are read, in
-schema order. ``null`` answers are dropped (the slot is unused), and an answer that is not one
-JSON value is dropped with its reason, so a half-right wave still yields a useful partial hint
-rather than none. The result's compact JSON is the payload the sidecar ships to the target.
+The function-index answer picks the function; its argument rows are read in schema order.
+``null`` answers are dropped (the slot is unused), and an answer that is not one JSON value is
+dropped with its reason, so a half-right wave still yields a useful partial hint rather than none.
+
+The wave answers every candidate function's slots anyway, so the other functions' calls (those
+with at least one non-null slot) ride along as *alternatives*: when the target writes another
+function than the chosen one, the hint bank follows it with that function's values. The payload
+is the chosen call's compact JSON, or, with alternatives, a JSON list of calls, chosen first.
 """
 
 from __future__ import annotations
@@ -28,10 +32,15 @@ class JoinResult:
     call: Call | None
     dropped: list[DroppedSlot] = field(default_factory=list)
     reason: str | None = None  # why there is no call at all
+    alternatives: list[Call] = field(default_factory=list)  # other functions' calls, tool order
 
     @property
     def payload(self) -> str | None:
-        return None if self.call is None else self.call.compact()
+        if self.call is None:
+            return None
+        if not self.alternatives:
+            return self.call.compact()
+        return "[" + ",".join(c.compact() for c in [self.call, *self.alternatives]) + "]"
 
 
 def parse_function_index(text: str, n_functions: int) -> tuple[int | None, str | None]:
@@ -55,8 +64,10 @@ def parse_value(text: str) -> tuple[Any, str | None]:
         return None, f"invalid JSON ({err.msg})"
 
 
-def join_rows(request: Request, answers: dict[RowKey, str], truncated: frozenset[RowKey] = frozenset()) -> JoinResult:
-    """The semantic call from row answers keyed by `RowKey` (missing argument rows count as null).
+def join_rows(request: Request, answers: dict[RowKey, str], truncated: frozenset[RowKey] = frozenset(),
+              with_alternatives: bool = False) -> JoinResult:
+    """The semantic call from row answers keyed by `RowKey` (missing argument rows count as null),
+    with the other functions' calls as `JoinResult.alternatives` when ``with_alternatives``.
 
     ``truncated`` rows stopped at the token limit without an end token; their text may still
     parse (a cut-off number), so they are dropped rather than trusted.
@@ -69,14 +80,27 @@ def join_rows(request: Request, answers: dict[RowKey, str], truncated: frozenset
     index, why = parse_function_index(index_text, len(request.tools))
     if index is None:
         return JoinResult(None, reason=why)
-    tool = request.tools[index]
+    call, dropped = _join_function(request.tools[index], answers, truncated)
+    alternatives = []
+    if with_alternatives:
+        for other_index, tool in enumerate(request.tools):
+            other, _ = _join_function(tool, answers, truncated)
+            if other_index != index and other.arguments:
+                alternatives.append(other)
+    return JoinResult(call, dropped, alternatives=alternatives)
+
+
+def _join_function(tool: dict[str, Any], answers: dict[RowKey, str],
+                   truncated: frozenset[RowKey]) -> tuple[Call, list[DroppedSlot]]:
+    """One function's call from its argument rows (schema order), and the slots dropped."""
     arguments: dict[str, Any] = {}
     dropped: list[DroppedSlot] = []
     for parameter in tool_parameters(tool):
-        text = answers.get(RowKey(ARGUMENT, tool["name"], parameter))
+        key = RowKey(ARGUMENT, tool["name"], parameter)
+        text = answers.get(key)
         if text is None:
             continue
-        if RowKey(ARGUMENT, tool["name"], parameter) in truncated:
+        if key in truncated:
             dropped.append(DroppedSlot(parameter, text, "truncated (no end token)"))
             continue
         value, why = parse_value(text)
@@ -84,4 +108,4 @@ def join_rows(request: Request, answers: dict[RowKey, str], truncated: frozenset
             dropped.append(DroppedSlot(parameter, text, why))
         elif value is not None:
             arguments[parameter] = value
-    return JoinResult(Call(tool["name"], arguments), dropped)
+    return Call(tool["name"], arguments), dropped

@@ -56,7 +56,7 @@ class WaveResult:
     request_id: str
     mode: str
     call: Call | None
-    payload: str | None  # compact JSON of ``call``: what crosses to the target
+    payload: str | None  # what crosses to the target: ``call``'s compact JSON, or a list of it and the alternatives
     payload_bytes: int
     latency_s: float
     prefix_tokens: int
@@ -264,7 +264,7 @@ class SlotPredictor:
                 prefix_tokens: int, forwards: int) -> WaveResult:
         answers = {r.key: r.text for r in rows}
         truncated = frozenset(r.key for r in rows if r.truncated)
-        joined = join_rows(request, answers, truncated)
+        joined = join_rows(request, answers, truncated, with_alternatives=True)
         payload = joined.payload
         return WaveResult(request.id, mode, joined.call, payload, len(payload.encode()) if payload else 0,
                           latency, prefix_tokens, rows, forwards, joined.dropped, joined.reason)

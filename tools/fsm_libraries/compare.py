@@ -44,6 +44,7 @@ import xgrammar as xgr  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from ooospec.bench.runner import sample_requests  # noqa: E402
+from ooospec.decoding.tree import shared_prefix as common_prefix  # noqa: E402
 from ooospec.data.request import Call, read_requests  # noqa: E402
 from ooospec.decoding.base import DecodeContext, DecodeState  # noqa: E402
 from ooospec.decoding.scaffold import derive_scaffold, function_text, key_text  # noqa: E402
@@ -356,15 +357,6 @@ class LLg(Library):
 
 
 # ---------------------------------------------------------------- measurement
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass
