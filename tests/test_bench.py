@@ -454,7 +454,8 @@ def test_the_equal_hardware_control_decodes_on_both_cores(artifacts):
 
 
 def test_a_hung_sidecar_is_restarted_and_the_restart_recorded():
-    from ooospec.bench.runner import BenchPlan, CorePlan, SliceRunner
+    from ooospec.bench.placement import CorePlan
+    from ooospec.bench.runner import BenchPlan, SliceRunner
 
     class HungService:
         timeout_s, alive, restarts = 1.0, True, 0

@@ -208,7 +208,8 @@ def test_a_slice_with_a_too_long_and_a_near_request_writes_the_good_ones(artifac
 
 def test_warm_up_skips_a_request_that_cannot_be_decoded():
     from ooospec.bench.methods import MethodSpec
-    from ooospec.bench.runner import BenchPlan, CorePlan, SliceRunner
+    from ooospec.bench.placement import CorePlan
+    from ooospec.bench.runner import BenchPlan, SliceRunner
 
     class Pool:
         cores = CorePlan(None, None)

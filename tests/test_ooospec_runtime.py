@@ -286,3 +286,68 @@ def test_a_replay_counts_what_the_target_does(tiny, tokenizer):
     assert runs["replay"].output_ids == runs["model"].output_ids == ar.output_ids
     shape = {k: [(r.tree_size, r.accepted, r.credits) for r in out.rounds] for k, out in runs.items()}
     assert shape["replay"] == shape["model"] and len(shape["model"]) < ar.forwards
+
+
+class _BusyFor:
+    """A sidecar stand-in whose job is in flight for the first ``rounds`` boundaries."""
+
+    def __init__(self, rounds):
+        self.rounds, self.asked = rounds, 0
+
+    @property
+    def idle(self):
+        self.asked += 1
+        return self.asked > self.rounds
+
+
+def test_elastic_cores_follow_the_sidecar_and_keep_the_output(tiny, tokenizer):
+    """The target computes on two threads only while no sidecar job is in flight and gives the core
+    back when the request ends; it writes AR's tokens either way (a two-thread forward sums in
+    another order: the bench's lossless check against one-thread AR covers real requests)."""
+    from ooospec.bench.placement import CorePlan, ElasticCores
+
+    request = _request()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=12)
+        elastic = ElasticCores(_BusyFor(3), CorePlan(None, None), threads=1)
+        out = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), 12, placement=elastic)
+        assert torch.get_num_threads() == 1  # given back at the end
+        assert out.output_ids == ar.output_ids
+        threads = [r.threads for r in out.rounds]
+        assert threads == [1, 1, 1] + [2] * (len(threads) - 3)
+        assert elastic.switches == 2 and elastic.switch_s > 0  # widened once, narrowed at the end
+        assert [e["threads"] for e in out.trace.of_kind("round")] == threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_service_says_whether_a_job_is_in_flight(tokenizer):
+    request = _request()
+    with SidecarService(oracle_sidecar({request.id: {"name": "get_weather", "arguments": {}}}, wave_s=0.3),
+                        placement="thread") as service:
+        assert service.idle
+        ticket = service.submit(request)
+        assert not service.idle  # the wave is running: the target keeps to its own core
+        ticket.wait(5)
+        assert service.idle
+
+
+def test_the_hint_still_proposes_inside_a_call_of_an_unknown_function(tokenizer):
+    """Targets invent functions (the FSM, bound to the schema, loses the call): the bank still reads
+    an opened, unclosed call of the surface as inside a call, and proposes; after the call closes,
+    it does not."""
+    from ooospec.decoding.base import DecodeState
+    from ooospec.models.formats.qwen_fenced_json import QwenFencedJson
+
+    request = _request()
+    bank = _bank_on(request, tokenizer, Call("get_weather", {"city": "Paris"}).compact())
+    invented = QwenFencedJson("fenced").render([Call("weather_now", {"city": "Paris"})])
+    state = DecodeState(bank.ctx)
+    state.commit(tokenizer.encode(invented[: invented.index("Paris")], add_special_tokens=False))
+    (draft,) = bank.propose(state)
+    assert tokenizer.decode(draft.tokens).startswith('Paris"\n  }')
+    state = DecodeState(bank.ctx)
+    state.commit(tokenizer.encode(invented + "\nThat is all.", add_special_tokens=False))
+    assert bank.propose(state) == []

@@ -13,6 +13,8 @@ The bench and the ablations name every variant as a string, so a notebook parame
   (by default it may not, see `ooospec.sidecar.predictor.SlotPredictor`);
 * ``delay=S`` (ooospec): seconds of latency injected after each wave (the latency sweep);
 * ``own_core``, ``shared_core``, ``in_process`` (ooospec): where the sidecar runs;
+* ``elastic`` (ooospec): the target takes the sidecar's core whenever no sidecar job is in flight
+  (`ooospec.bench.placement.ElasticCores`); without it the placement is static, as in the paper;
 * ``both_cores`` (ar, pld, toolspec): the equal-hardware control: the target decodes with two
   threads on both cores (OoO-Spec's target has one core and its sidecar the other), with its own
   prefill on both cores too;
@@ -78,6 +80,7 @@ class MethodSpec:
     nullable: bool = False  # the trained sidecar may answer null for required slots
     delay_s: float = 0.0
     placement: str = "own_core"
+    elastic: bool = False  # the target borrows the sidecar's core while the sidecar is idle
     both_cores: bool = False  # the equal-hardware control of a baseline
     budget: int | None = None  # draft nodes; None: the target's default
     depth: int | None = None  # depth limit; None: the target's default
@@ -92,6 +95,8 @@ class MethodSpec:
         allowed = _ALLOWED[self.base]
         if changed - allowed:
             raise ValueError(f"method base {self.base!r} takes no option(s) {sorted(changed - allowed)}")
+        if self.elastic and self.placement != "own_core":
+            raise ValueError("elastic lends the target the sidecar's own core: it needs placement own_core")
 
     @classmethod
     def parse(cls, text: str) -> "MethodSpec":
@@ -134,6 +139,8 @@ class MethodSpec:
             parts.append(f"delay={self.delay_s:g}")
         if self.placement != "own_core":
             parts.append(self.placement)
+        if self.elastic:
+            parts.append("elastic")
         if self.both_cores:
             parts.append("both_cores")
         if self.budget is not None:
@@ -193,6 +200,9 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key == "nullable" and not value:
         need(("ooospec",))
         return "nullable", True
+    if key == "elastic" and not value:
+        need(("ooospec",))
+        return "elastic", True
     if key == "plain_hint" and not value:
         need(("ooospec",))
         return "plain_hint", True

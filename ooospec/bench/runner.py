@@ -33,17 +33,16 @@ import gc
 import json
 import os
 import random
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
-
-import torch
+from typing import Any, Callable, Protocol
 
 from ooospec.bench.compare import NEAR_TIE_GAP, near_tie_gap
 from ooospec.bench.methods import MethodSpec, default_budget, method_budget, method_sources, parse_methods
 from ooospec.bench.tree_budget import BudgetChoice, machine_budget
 from ooospec.bench.oracle_calls import CallDirectory, first_call
+from ooospec.bench.placement import CorePlan, ElasticCores, placed, pinned_cores
 from ooospec.data.request import Call, Request, check_tool_names
 from ooospec.models.context import fit_budget, model_context
 from ooospec.decoding.hint import HintBank
@@ -263,39 +262,6 @@ def plan_bench(cfg: BenchConfig) -> BenchPlan:
 
 
 @dataclass(frozen=True)
-class CorePlan:
-    target_core: int | None
-    sidecar_core: int | None
-
-    @property
-    def pinned(self) -> bool:
-        return self.target_core is not None
-
-
-@contextmanager
-def placed(cores: set[int] | None, threads: int) -> Iterator[None]:
-    """Run the block on ``cores`` (None: where we are) with ``threads`` torch threads; restore after."""
-    old_affinity, old_threads = os.sched_getaffinity(0), torch.get_num_threads()
-    if cores:
-        os.sched_setaffinity(0, cores)
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, old_affinity)
-        torch.set_num_threads(old_threads)
-
-
-@contextmanager
-def pinned_cores(threads: int, pin: bool) -> Iterator[CorePlan]:
-    """Pin this process (the target) to one core and leave the next for the sidecar; restore after."""
-    cores = sorted(os.sched_getaffinity(0))
-    plan = CorePlan(cores[0], cores[1]) if pin and len(cores) >= 2 else CorePlan(None, None)
-    with placed({plan.target_core} if plan.pinned else None, threads):
-        yield plan
-
-
-@dataclass(frozen=True)
 class SidecarKey:
     kind: str
     placement: str
@@ -474,9 +440,12 @@ class SliceRunner:
         service = self.pool.service(spec)
         if service is not None:
             service.wait_idle()
+        placement = ElasticCores(service, self.pool.cores, self.cfg.threads) if spec.elastic else None
         with self.both_cores() if spec.both_cores else nullcontext():
             result = decode(self.target, sources, request, max_new_tokens,
-                            self.budget(spec), prefill=prefill, verifier=self.verifier)
+                            self.budget(spec), prefill=prefill, verifier=self.verifier, placement=placement)
+        if placement is not None:
+            result.trace.emit("elastic_cores", switches=placement.switches, switch_s=placement.switch_s)
         if service is not None and not service.wait_idle():  # outside timing: the next decode finds it free
             # the sidecar hung or died: without a restart every later request would silently get
             # no hint (plain ToolSpec); restart it and say so in this record's trace

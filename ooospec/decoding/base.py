@@ -139,3 +139,21 @@ class DraftSource(ABC):
 
     def end(self, state: DecodeState, result: "DecodeResult") -> None:
         """The request finished (e.g. remember its output for later requests)."""
+
+
+class CorePlacement:
+    """Where the target computes, decided at the seams of one request: `begin` on arrival (before
+    any source begins, so before a sidecar job is submitted), `boundary` before every verify round,
+    `end` once the request is done (always, also after an error). This base keeps the placement the
+    caller set (the static one); `ooospec.bench.placement.ElasticCores` lends the target the
+    sidecar's core while the sidecar has nothing to compute."""
+
+    def begin(self) -> None:
+        """A request arrives."""
+
+    def boundary(self) -> None:
+        """A verify round is about to run."""
+
+    def end(self) -> None:
+        """The request is done: leave the placement as `begin` found it."""
+

@@ -278,13 +278,29 @@ class HintBank(DraftSource):
         trace.emit("hint_ready", round=state.round_index, payload_bytes=result.payload_bytes,
                    hint_chars=len(self.hints[0].text), calls=len(calls))
 
+    def _in_a_call(self, text: str) -> bool:
+        """The committed text is at a call's opening or inside a call: nothing written yet, the FSM
+        at a call opener or inside a call of the schema, or (a function the schema does not have:
+        targets invent some, and the FSM loses them) a call opener of the surface written and not
+        closed since."""
+        if not text.strip() or self.fsm.position() not in ("before", "after"):
+            return True
+        for variant in self.fsm.variants:
+            sc = variant.scaffold
+            opened = text.rfind(sc.call_open)
+            if opened >= 0:
+                rest = text[opened + len(sc.call_open):]
+                if sc.args_close not in rest and sc.noargs_close not in rest:
+                    return True
+        return False
+
     def _candidates(self, state: DecodeState) -> list[HintText]:
         """The hint texts the committed text may continue: none in prose or after a call (gate);
         the written function's only, once a name is written (follow)."""
         if self.fsm is None:
             return self.hints
         self.fsm.sync(state.text)
-        if self.gate and state.text.strip() and self.fsm.position() in ("before", "after"):
+        if self.gate and not self._in_a_call(state.text):
             return []
         written = self.fsm.call_functions() if self.follow else frozenset()
         if not written:

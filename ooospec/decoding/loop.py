@@ -26,14 +26,14 @@ from typing import Any
 import torch
 
 from ooospec.data.request import Request
-from ooospec.decoding.base import CREDITS, DecodeContext, DecodeState, DraftSource, EventTrace
+from ooospec.decoding.base import CREDITS, CorePlacement, DecodeContext, DecodeState, DraftSource, EventTrace
 from ooospec.models.context import fit_budget, model_context, positions_left
 from ooospec.decoding.tree import TreeBudget, build_tree
 from ooospec.decoding.verifier import TreeVerifier, VerifierState
 from ooospec.models.target import TargetModel
 
 # the fields of a `RoundRecord` that its trace event carries (timings stay in the record)
-ROUND_EVENT_FIELDS = ("index", "tree_size", "accepted", "new_tokens", "sources", "credits")
+ROUND_EVENT_FIELDS = ("index", "tree_size", "accepted", "new_tokens", "sources", "credits", "threads")
 
 
 @dataclass
@@ -65,6 +65,7 @@ class RoundRecord:
     draft_s: float  # propose + tree build
     forward_s: float
     round_s: float  # everything of the round, observe included
+    threads: int = 1  # torch threads the round's forward ran with (elastic placement changes it)
 
     def event_fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in ROUND_EVENT_FIELDS}
@@ -156,18 +157,32 @@ def decode(
     *,
     prefill: Prefill | None = None,
     verifier: TreeVerifier | None = None,
+    placement: CorePlacement | None = None,
 ) -> DecodeResult:
     """Greedy decoding of one request with drafts from ``sources`` (none: AR).
 
     A bare `Request` gets its context (prompt ids, surface, EOS ids) from ``target``. ``prefill``
     starts from a copy of an earlier prefill of the same prompt (lossless checks run several
     methods on one prefill; the reported prefill time is then that prefill's). ``verifier``
-    reuses one verifier across requests; margins are tracked when it tracks them. A prompt that does
-    not fit the target's context raises `PromptTooLong` before any of that (see the module doc).
+    reuses one verifier across requests; margins are tracked when it tracks them. ``placement``
+    is told when the request arrives, before every verify round and when it ends (the elastic
+    placement lends the target the sidecar's idle core). A prompt that does not fit the target's
+    context raises `PromptTooLong` before any of that (see the module doc).
     """
+    placement = placement or CorePlacement()
+    try:
+        return _decode(target, sources, request, max_new_tokens, budget, prefill, verifier, placement)
+    finally:
+        placement.end()
+
+
+def _decode(target: TargetModel, sources: list[DraftSource], request: Request | DecodeContext, max_new_tokens: int,
+            budget: TreeBudget, prefill: Prefill | None, verifier: TreeVerifier | None,
+            placement: CorePlacement) -> DecodeResult:
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     start = time.perf_counter()
+    placement.begin()  # timed: a switch of cores is part of the method
     ctx = request if isinstance(request, DecodeContext) else make_context(target, request, EventTrace(start))
     context = model_context(target.model)
     asked, max_new_tokens = max_new_tokens, fit_budget(len(ctx.prompt_ids), max_new_tokens, context, ctx.request.id)
@@ -190,6 +205,7 @@ def decode(
     rounds: list[RoundRecord] = []
     while not finish:
         tree_budget = _within_context(budget, context, own.state.cache_len)
+        placement.boundary()
         record, finish = _round(verifier, own.state, state, sources, tree_budget, max_new_tokens, tally)
         rounds.append(record)
         ctx.trace.emit("round", **record.event_fields())
@@ -256,6 +272,6 @@ def _round(verifier: TreeVerifier, kv: VerifierState, state: DecodeState, source
         index=state.round_index - 1, tree_size=tree.size, accepted=len(step.accepted_nodes),
         new_tokens=len(step.new_tokens), credits=step.credits,
         sources=sorted({tag for tags in tree.sources for tag in tags}), draft_s=draft_s,
-        forward_s=step.forward_s, round_s=time.perf_counter() - start,
+        forward_s=step.forward_s, round_s=time.perf_counter() - start, threads=torch.get_num_threads(),
     )
     return record, step.finish or ""

@@ -279,6 +279,13 @@ class SidecarService:
                 self._results[result.request_id] = result
                 self._pending.discard(result.request_id)
 
+    @property
+    def idle(self) -> bool:
+        """No submitted job is still unanswered (a zero-timeout check: never waits). A worker
+        that died counts as idle: it computes nothing."""
+        self._drain()
+        return not self._pending or not self.alive
+
     def wait_idle(self, timeout_s: float | None = None) -> bool:
         """Block until every submitted job is answered (between requests, outside timing), so
         each request finds the sidecar free, as at batch 1 on its own device."""
