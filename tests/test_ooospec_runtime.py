@@ -244,7 +244,8 @@ def test_the_hint_follows_the_function_the_target_writes(tokenizer):
     surface = QwenFencedJson("fenced")
     written = surface.render([Call("get_time", {"zone": "Europe/Oslo"})])
     reference = tokenizer.encode(written, add_special_tokens=False)
-    payload = "[" + Call("get_weather", {"city": "Paris"}).compact() + "," + Call("get_time", {"zone": "Europe/Oslo"}).compact() + "]"
+    chosen, other = Call("get_weather", {"city": "Paris"}), Call("get_time", {"zone": "Europe/Oslo"})
+    payload = f"[{chosen.compact()},{other.compact()}]"
     target = TargetModel("replay", None, tokenizer, surface, [])
     credited = {}
     for follow in (True, False):

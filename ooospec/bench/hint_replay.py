@@ -278,10 +278,14 @@ def replay_table(cases: list[ReplayCase], target: TargetModel, nodes: list[int],
     return pd.DataFrame(table)
 
 
+REPLAY_COLUMNS = {"tokens_per_forward": "tokens / forward", "hint_tokens": "hint tokens",
+                  "modelled_s": "modelled s", "cost_in_forwards": "cost (forwards)", "over_toolspec": "x ToolSpec"}
+
+
 def dev_replay(target_name: str, profile: str, nodes: list[int], shares: bool = True,
-               plan_path: Path | None = None) -> tuple["pd.DataFrame", str]:
+               plan_path: Path | None = None, limit: int | None = None) -> tuple["pd.DataFrame", str]:
     """The replay table of ``target_name`` on dev (every `DEFAULT_USES`, the share sweep if
-    ``shares``) and a sentence saying what it rests on."""
+    ``shares``; the first ``limit`` cases only, if given) and a sentence saying what it rests on."""
     from ooospec.bench.reproduce_plan import PLAN_FILE
     from ooospec.bench.runner import find_sidecar_adapter
     from ooospec.paths import artifacts_dir
@@ -291,9 +295,10 @@ def dev_replay(target_name: str, profile: str, nodes: list[int], shares: bool = 
     adapter = find_sidecar_adapter(profile)
     if adapter is None:
         raise FileNotFoundError(f"no frozen sidecar adapter for profile {profile!r} (make sidecar)")
-    cases = dev_cases(target, profile, adapter)
+    cases = dev_cases(target, profile, adapter, limit)
     speed = load_speed(target_name, plan_path) if plan_path.exists() else None
     table = replay_table(cases, target, nodes, list(DEFAULT_USES) + (share_uses() if shares else []), speed)
+    table = table.drop(columns=["requests", "verdict", "nodes_per_verify"]).rename(columns=REPLAY_COLUMNS)
     cost = (f"seconds modelled from this machine's calibrated verify costs ({plan_path.name})" if speed
             else "no calibration here: every verify forward costs 1")
     note = (f"{len(cases)} dev requests of {target_name} replayed against its committed greedy outputs "

@@ -235,12 +235,13 @@ def sweep_seconds(methods: list[str], targets: list[str], requests: int, speeds:
     return sum(slice_seconds(methods, dev_work(works[t]), speeds[t], requests, warmup, mats.get(t)) for t in targets)
 
 
-def replay_seconds(replay_nodes: list[int]) -> float:
+def replay_seconds(replay_nodes: list[int], replay_requests: int | None = None) -> float:
     """06's hint-use replay on dev (`ooospec.bench.hint_replay`): no target forward, so a count of
     requests x uses x budgets at the time one took here (draft sources and merge only)."""
     from ooospec.bench.hint_replay import DEFAULT_USES, SHARE_GRID
 
-    return REPLAY_CASES * (len(DEFAULT_USES) + len(SHARE_GRID)) * len(replay_nodes) * REPLAY_REQUEST_S
+    cases = min(REPLAY_CASES, replay_requests or REPLAY_CASES)
+    return cases * (len(DEFAULT_USES) + len(SHARE_GRID)) * len(replay_nodes) * REPLAY_REQUEST_S
 
 
 def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
@@ -270,7 +271,7 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
     if ablation["budgets"]:
         ablation_s += sweep_seconds(budget_methods(ablation["budgets"]), ablation["targets"],
                                     ablation["budget_requests"], speeds, works, mats, ablation["warmup"])
-    ablation_s += replay_seconds(ablation.get("replay_nodes") or [])
+    ablation_s += replay_seconds(ablation.get("replay_nodes") or [], ablation.get("replay_requests"))
     n = bench["requests"]
     return [
         StageEstimate("00_data", 30.0, "build the splits"),

@@ -244,6 +244,7 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "ooospec:gold": ("ooospec", "gold call as the hint"),
     "ooospec:shared_core": ("ooospec", "sidecar on the target's core"),
     "ooospec:in_process": ("ooospec", "sidecar as a thread of the target's process"),
+    "ooospec:elastic": ("ooospec", "target borrows the sidecar's idle core (elastic)"),
 }
 
 

@@ -130,7 +130,8 @@ def _check_call(item: Any, request: Request, dropped: list[str]) -> Call | None:
         if key not in properties:
             dropped.append(f"{name}.{key}: no such parameter")
         elif not value_fits(value, properties[key]):
-            dropped.append(f"{name}.{key}: a {type(value).__name__} where the schema says {properties[key].get('type')}")
+            expected = properties[key].get("type")
+            dropped.append(f"{name}.{key}: a {type(value).__name__} where the schema says {expected}")
         else:
             kept[key] = value
     return Call(name, kept)
