@@ -35,7 +35,7 @@ from ooospec.decoding.out_of_order import HINT_SHARE
 from ooospec.decoding.toolspec import ToolSpec
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier, VerifierState
-from ooospec.models.target import TargetModel
+from ooospec.models.target import TargetModel, load_role_frame
 from ooospec.sidecar.join import join_rows
 from ooospec.sidecar.predictor import WaveResult
 from ooospec.sidecar.service import SidecarResult
@@ -147,7 +147,6 @@ def replay_rows(use: HintUse, cases: list[ReplayCase], results: list[DecodeResul
     for case, result in zip(cases, results):
         rows.append({
             "method": use.name, "request": case.request.id, "tokens": len(result.output_ids),
-            "same_output": result.output_ids == case.reference[: len(result.output_ids)],
             "forwards": len(result.rounds), "nodes": sum(r.tree_size for r in result.rounds),
             "hint_tokens": result.source_counts.get("hint", 0),
             "modelled_s": sum(verify_s(r.tree_size) for r in result.rounds),
@@ -199,21 +198,6 @@ def dev_cases(target: TargetModel, profile: str, adapter_dir: Path, limit: int |
         oracle = Call.from_dict(trace["call"]).compact() if trace.get("call") else None
         cases.append(ReplayCase(request, reference, oracle, payload_from_wave(request, wave)))
     return cases[:limit] if limit else cases
-
-
-def frame_target(name: str, profile: str) -> TargetModel:
-    """A target without weights (tokenizer, surface, prompt, EOS): all a replay needs."""
-    from ooospec.models.formats import get_surface
-    from ooospec.models.registry import load_profile
-    from ooospec.models.target import eos_token_ids, load_tokenizer
-
-    prof = load_profile(profile)
-    role = prof.role(name)
-    tokenizer = load_tokenizer(name, prof)
-    return TargetModel(name=name, model=None, tokenizer=tokenizer, surface=get_surface(role.surface or ""),
-                       eos_token_ids=eos_token_ids(tokenizer, role, prof),
-                       prompt_style=role.prompt or "chat_template_tools",
-                       chat_template_kwargs=dict(role.chat_template_kwargs))
 
 
 DEFAULT_USES = (
@@ -291,7 +275,7 @@ def dev_replay(target_name: str, profile: str, nodes: list[int], shares: bool = 
     from ooospec.paths import artifacts_dir
 
     plan_path = Path(plan_path) if plan_path else artifacts_dir() / "reproduce-plan" / PLAN_FILE
-    target = frame_target(target_name, profile)
+    target = load_role_frame(target_name, profile)
     adapter = find_sidecar_adapter(profile)
     if adapter is None:
         raise FileNotFoundError(f"no frozen sidecar adapter for profile {profile!r} (make sidecar)")

@@ -105,6 +105,17 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
     model, tokenizer = load_model(role.model, prof)
     if adapter_dir is not None:
         model = merge_adapter(model, adapter_dir)
+    return _role_target(name, prof, role, model, tokenizer)
+
+
+def load_role_frame(name: str, profile: str | Profile = "cpu") -> TargetModel:
+    """A target or role without weights (``model`` is None): tokenizer, surface, prompt and EOS,
+    all that replaying its known outputs needs (`ooospec.bench.hint_replay`)."""
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    return _role_target(name, prof, prof.role(name), None, load_tokenizer(name, prof))
+
+
+def _role_target(name: str, prof: Profile, role: RoleSpec, model: Any, tokenizer: Any) -> TargetModel:
     return TargetModel(
         name=name,
         model=model,
