@@ -12,7 +12,9 @@ import json
 import pytest
 import torch
 
-from ooospec.bench.runner import BenchConfig, run_bench, slice_path
+from ooospec.bench.config import BenchConfig
+from ooospec.bench.runner import run_bench
+from ooospec.bench.slices import slice_path
 from ooospec.data.loading import SourceLoad, check_gold
 from ooospec.data.request import DuplicateToolName, Request, check_tool_names, read_requests, write_requests
 from ooospec.decoding.base import DecodeContext, Draft, DraftSource, EventTrace
@@ -171,7 +173,7 @@ def _prompt_tokens(request: Request) -> int:
 
 
 def test_a_slice_with_a_too_long_and_a_near_request_writes_the_good_ones(artifacts):
-    from ooospec.bench.summary import main_table
+    from ooospec.bench.tables import main_table
 
     good = weather_requests("apibank", 2)
     near, long = _asking("apibank-near", 10), _asking("apibank-long", 20)
@@ -209,7 +211,8 @@ def test_a_slice_with_a_too_long_and_a_near_request_writes_the_good_ones(artifac
 def test_warm_up_skips_a_request_that_cannot_be_decoded():
     from ooospec.bench.methods import MethodSpec
     from ooospec.bench.placement import CorePlan
-    from ooospec.bench.runner import BenchPlan, SliceRunner
+    from ooospec.bench.plan import BenchPlan
+    from ooospec.bench.runner import SliceRunner
 
     class Pool:
         cores = CorePlan(None, None)

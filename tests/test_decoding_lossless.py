@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from ooospec.data import load_split
-from ooospec.bench.compare import MethodRun, compare_methods, select_slice
-from ooospec.bench.methods import MethodSpec
+from ooospec.bench.runner import decode_requests
+from ooospec.bench.sampling import sample_requests
 from ooospec.decoding.tree import TreeBudget
 
 pytestmark = pytest.mark.slow
@@ -23,7 +23,7 @@ TARGETS = [
     ("smollm2-135m-tool", 10),
 ]
 BENCHMARKS = ("eval_apibank", "eval_toolalpaca", "eval_bfcl")
-RUNS = [MethodRun("pld", MethodSpec("pld")), MethodRun("toolspec", MethodSpec("toolspec"))]
+METHODS = ["pld", "toolspec"]
 MAX_NEW_TOKENS = 24
 POOL = 24  # seeded candidates per benchmark; the shortest prompts among them keep the test short
 
@@ -31,7 +31,7 @@ POOL = 24  # seeded candidates per benchmark; the shortest prompts among them ke
 def _slice(target, total):
     chosen = []
     for i, benchmark in enumerate(BENCHMARKS):
-        pool = select_slice(load_split(benchmark), POOL, seed=4)
+        pool = sample_requests(load_split(benchmark), POOL, 4, benchmark)
         pool.sort(key=lambda r: (len(target.prompt_ids(r)), r.id))
         chosen += pool[: total // len(BENCHMARKS) + (i < total % len(BENCHMARKS))]
     return chosen
@@ -47,13 +47,14 @@ def test_every_method_reproduces_ar(name, total):
         pytest.skip(f"{name}: {err}")
     requests = _slice(target, total)
     assert {r.benchmark for r in requests} == {"apibank", "toolalpaca", "bfcl"}
-    records = compare_methods(target, requests, RUNS, MAX_NEW_TOKENS, TreeBudget(16, 16), progress=False)
+    records = decode_requests(target, requests, METHODS, max_new_tokens=MAX_NEW_TOKENS, budget=TreeBudget(16, 16),
+                              progress=False)
     checked = [r for r in records if r["method"] != "ar"]
-    assert len(checked) == len(RUNS) * len(requests) == len(RUNS) * total
+    assert len(checked) == len(METHODS) * len(requests) == len(METHODS) * total
     mismatches = [r for r in checked if not r["identical_to_ar"]]
     for r in mismatches:
-        print(f"{name} {r['method']} {r['id']}: differs from AR at token {r['mismatch_at']}, "
-              f"AR top-2 logit gap {r['ar_gap_at_mismatch']} ({'near-tie' if r['near_tie'] else 'BUG'})")
+        print(f"{name} {r['id']}: differs from AR at token {r['mismatch']['position']}, "
+              f"AR top-2 logit gap {r['mismatch']['ar_margin']} ({'near-tie' if r['near_tie'] else 'BUG'})")
     assert not [r for r in mismatches if not r["near_tie"]]
     # AR itself is greedy decoding: cross-check one request against transformers' generate
     first = requests[0]
@@ -62,7 +63,7 @@ def test_every_method_reproduces_ar(name, total):
         generated = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
                                           max_new_tokens=MAX_NEW_TOKENS, eos_token_id=target.eos_token_ids,
                                           pad_token_id=target.eos_token_ids[0])
-    ar_first = next(r for r in records if r["method"] == "ar" and r["id"] == first.id)
+    ar_first = next(r for r in records if r["method"] == "ar" and r["request_id"] == first.id)
     assert generated[0, prompt.shape[1]:].tolist() == ar_first["output_ids"]
     # the speculative path was really exercised: drafts were accepted
     toolspec = [r for r in checked if r["method"] == "toolspec"]
@@ -75,7 +76,8 @@ def test_ooospec_reproduces_ar_on_real_requests(name, tmp_path, monkeypatch):
     (the target's own call, waited for, so the hint drives the decode) and the trained one. The
     bench itself fails on any difference from AR that is not a near-tie; the test also checks
     that the hint was really used."""
-    from ooospec.bench.runner import BenchConfig, run_bench
+    from ooospec.bench.config import BenchConfig
+    from ooospec.bench.runner import run_bench
     from ooospec.paths import artifacts_dir
 
     real = artifacts_dir()

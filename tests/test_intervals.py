@@ -50,7 +50,7 @@ def test_the_ceiling_says_whether_an_aim_is_within_reach():
     sidecar; its point at or above the aim -> within reach; otherwise not shown."""
     import pandas as pd
 
-    from ooospec.bench.summary import ceiling_table
+    from ooospec.bench.verdict import ceiling_table
 
     def row(benchmark, method, point, low, high):
         return {"target": "t", "benchmark": benchmark, "method": method, "vs": "toolspec", "phase": "decode",

@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 
 from ooospec.bench import paper_numbers, plots
-from ooospec.bench.summary import (ablation_table, arrival_rounds, budget_sweep, crossover, delay_sweep, headline,
-                                   main_table, pick_timelines, reference_record, timeline_groups)
+from ooospec.bench.ablations import ablation_table, budget_sweep, crossover, delay_sweep
+from ooospec.bench.hint_tables import arrival_rounds
+from ooospec.bench.tables import headline, main_table
+from ooospec.bench.timelines import pick_timelines, reference_record, timeline_groups
 
 
 def _trace(prefill: tuple[float, float], rounds: list[tuple[float, list[str]]], hint_round: int | None = None,

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ooospec.bench.runner import BenchConfig, bench_stage, run_bench, slice_path
+from ooospec.bench.config import BenchConfig
+from ooospec.bench.runner import run_bench
+from ooospec.bench.slices import bench_stage, slice_path
 from ooospec.bench.sweep import (SweepError, notebook_config, notebook_parameters, reserved_cores, run_cells, run_sweep)
 from weather_requests import weather_requests
 

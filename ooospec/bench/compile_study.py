@@ -27,7 +27,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ooospec.bench.summary import method_table, speedup_intervals
+from ooospec.bench.speedups import speedup_intervals
+from ooospec.bench.tables import method_table
 from ooospec.sequences import first_difference
 from ooospec.stage import read_jsonl
 
@@ -127,7 +128,7 @@ def measure(out: Path, *, targets: tuple[str, ...] = ("qwen2.5-coder-0.5b", "smo
     ``before_records``: the eager bench run's records.jsonl when it already exists (e.g. from
     ``make reproduce``); otherwise it is run here with the same config in the ``cpu`` profile."""
     from ooospec.bench.runner import run_bench
-    from ooospec.bench.study import arithmetic_study
+    from ooospec.bench.cost_studies import arithmetic_study
     from ooospec.bench.sweep import notebook_config
 
     out.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,7 @@ def hint_agreement(records: Iterable[dict[str, Any]], profile: str = "cpu", meth
     exist, the hint's function, argument values (share of the target's values) and whole call
     equal to the target's first call."""
     from ooospec.bench.accuracy import parse_calls
-    from ooospec.bench.summary import ar_outputs
+    from ooospec.bench.outputs import ar_outputs
 
     records = list(records)
     hints = {(r["target"], r["benchmark"], r["request_id"]): r.get("hint") for r in records if r["method"] == method}

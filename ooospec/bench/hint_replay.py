@@ -271,7 +271,7 @@ def dev_replay(target_name: str, profile: str, nodes: list[int], shares: bool = 
     """The replay table of ``target_name`` on dev (every `DEFAULT_USES`, the share sweep if
     ``shares``; the first ``limit`` cases only, if given) and a sentence saying what it rests on."""
     from ooospec.bench.reproduce_plan import PLAN_FILE
-    from ooospec.bench.runner import find_sidecar_adapter
+    from ooospec.bench.plan import find_sidecar_adapter
     from ooospec.paths import artifacts_dir
 
     plan_path = Path(plan_path) if plan_path else artifacts_dir() / "reproduce-plan" / PLAN_FILE

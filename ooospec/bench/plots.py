@@ -19,7 +19,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from ooospec.bench.methods import MethodSpec
-from ooospec.bench.runner import HELD_OUT_BENCHMARKS
+from ooospec.bench.config import HELD_OUT_BENCHMARKS
 from ooospec.decoding.base import CREDITS
 
 # one colour and one label per credit (`CREDITS` order), used by every figure and by the
@@ -69,7 +69,7 @@ def speedup_bars(table: pd.DataFrame, metric: str = "e2e_speedup", methods: list
 
 
 def headline_figure(ours: pd.DataFrame, paper: dict[str, Any], ours_label: str = "ours (CPU, 2 cores)") -> Figure:
-    """The paper's headline next to ours. ``ours`` is `bench_summary.headline` output for the
+    """The paper's headline next to ours. ``ours`` is `ooospec.bench.tables.headline` output for the
     decode phase and end to end (columns method, mean, min, max, metric); ``paper`` is
     `paper_numbers.headline()`."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
@@ -238,7 +238,7 @@ def timelines_figure(picks: dict[str, list[dict[str, Any]]], title: str = "Per-r
 def arrival_figure(arrivals: pd.DataFrame, title: str = "Where the hint joined decoding") -> Figure:
     """Left: the boundary index that first saw the hint (histogram stacked over target x benchmark,
     so a bar's height counts every request); right: every request's outcome, per target and benchmark."""
-    from ooospec.bench.summary import ARRIVAL_BUCKETS
+    from ooospec.bench.hint_tables import ARRIVAL_BUCKETS
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.1]})
     def label(df: pd.DataFrame) -> pd.Series:
@@ -274,12 +274,12 @@ def arrival_figure(arrivals: pd.DataFrame, title: str = "Where the hint joined d
 
 
 def ablation_bars(table: pd.DataFrame, metric: str = "decode_speedup", title: str | None = None) -> Figure:
-    """One horizontal bar per method variant (pooled over the ablation slice)."""
+    """One horizontal bar per method (pooled over the ablation slice)."""
     what = "decode phase" if "decode" in metric else "end to end"
     rows = table.dropna(subset=[metric])
     fig, ax = plt.subplots(figsize=(8, 0.38 * len(rows) + 1.5))
     colors = [_method_color(MethodSpec.parse(m).base, i) for i, m in enumerate(rows.method)]
-    bars = ax.barh([f"{m}  ({v})" for m, v in zip(rows.method, rows.variant)], rows[metric], color=colors)
+    bars = ax.barh([f"{m}  ({v})" for m, v in zip(rows.method, rows.ablation)], rows[metric], color=colors)
     ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
     ax.axvline(1.0, color="black", lw=0.8, ls="--")
     ax.invert_yaxis()
@@ -363,48 +363,6 @@ def cost_curve_figure(curve: pd.DataFrame, chosen: dict[str, int] | None = None)
     ax.set_xlabel("draft nodes in the tree (forward rows = nodes + 1)")
     ax.set_ylabel("verify forward time / one-token step (x)")
     ax.set_title("Verify cost on CPU (fp32): what a tree node costs")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def method_bars(summary: pd.DataFrame, metrics: tuple[str, ...] = ("MAT", "decode speedup (mean)",
-                                                                   "e2e speedup (mean)")) -> Figure:
-    """One panel per metric: bars per benchmark and method, a group per target."""
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 3.8), squeeze=False)
-    summary = summary.assign(group=summary["target"].str.split("-").str[0] + "\n" + summary["benchmark"]
-                             .str.replace("eval_", "", regex=False))
-    groups = list(dict.fromkeys(summary["group"]))
-    methods = list(dict.fromkeys(summary["method"]))
-    width = 0.8 / len(methods)
-    for ax, metric in zip(axes[0], metrics):
-        for i, method in enumerate(methods):
-            values = [summary[(summary.group == g) & (summary.method == method)][metric].mean() for g in groups]
-            x = np.arange(len(groups)) + (i - (len(methods) - 1) / 2) * width
-            bars = ax.bar(x, values, width, label=method, color=METHOD_COLORS.get(method, f"C{i}"))
-            ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
-        ax.axhline(1.0, color="black", lw=0.8, ls="--")
-        ax.set_xticks(np.arange(len(groups)))
-        ax.set_xticklabels(groups, fontsize=7)
-        ax.set_ylabel(metric + (" (tokens / forward)" if metric == "MAT" else " (x over AR)"))
-        ax.set_xlabel("target / benchmark")
-        ax.set_title(metric)
-    axes[0][0].legend(title="method", fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def budget_figure(sweep: pd.DataFrame) -> Figure:
-    """ToolSpec's MAT and decode speedup against its node budget."""
-    fig, ax = plt.subplots(figsize=(6.0, 3.8))
-    for i, (name, sub) in enumerate(sweep.groupby(["target", "benchmark"], sort=False)):
-        label = " / ".join(name).replace("eval_", "")
-        ax.plot(sub["budget"], sub["decode speedup (mean)"], "o-", color=f"C{i}", label=f"{label}: decode speedup")
-        ax.plot(sub["budget"], sub["MAT"], "s--", color=f"C{i}", alpha=0.6, label=f"{label}: MAT")
-    ax.axhline(1.0, color="black", lw=0.8, ls=":")
-    ax.set_xlabel("tree budget (draft nodes = depth limit)")
-    ax.set_ylabel("x over AR / tokens per forward")
-    ax.set_title("ToolSpec: acceptance grows with the budget, speed does not")
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

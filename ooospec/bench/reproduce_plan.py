@@ -229,6 +229,10 @@ def bench_seconds(params: dict[str, Any], speeds: dict[str, Speed], works: dict[
     return total
 
 
+# the notebooks whose parameters the estimate reads
+PLANNED_NOTEBOOKS = ("02_sidecar", "03_toolspec", "05_bench", "06_ablations", "08_arithmetic")
+
+
 def sweep_seconds(methods: list[str], targets: list[str], requests: int, speeds: dict[str, Speed],
                   works: dict[str, dict[str, Work]], mats: dict[str, dict[int, float]], warmup: int = 0) -> float:
     """A budget sweep on dev requests."""
@@ -255,16 +259,13 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
                + side["latency_requests"] * SIDECAR_LATENCY_PREFILLS * prefill)
     bench = params["05_bench"]
     studies = params["03_toolspec"]
-    study_targets = [t for t in studies["targets"] if t in speeds]
     study_s = 0.0
-    for t in study_targets:
-        speed = speeds[t]
-        warm = sum(speed.verify(n) for n in studies["cost_sizes"] if n)
-        study_s += (studies["cost_repeats"] + 1) * (warm + speed.step_s)  # verify-cost curve
-        study_s += 3 * len(studies["arithmetic_threads"]) * (studies["arithmetic_repeats"] * 11 * speed.verify(16)
-                                                             + prefill)  # arithmetic study (approx.)
-    study_s += sweep_seconds(["ar"] + [f"toolspec:budget={b}:depth={b}" for b in studies["budgets"]], study_targets,
-                             studies["budget_requests"], speeds, works, mats)
+    for t in [t for t in studies["targets"] if t in speeds]:  # the verify-cost curve
+        warm = sum(speeds[t].verify(n) for n in studies["cost_sizes"] if n)
+        study_s += (studies["cost_repeats"] + 1) * (warm + speeds[t].step_s)
+    arith = params["08_arithmetic"]
+    arithmetic_s = sum(3 * len(arith["arithmetic_threads"]) * (arith["arithmetic_repeats"] * 11 * speeds[t].verify(16) + prefill)
+                       for t in arith["targets"] if t in speeds)  # three options per target (approx.)
     ablation = params["06_ablations"]
     ablation_s = bench_seconds({**ablation, "methods": ablation_methods(ablation["ablations"], ablation["delays"])},
                                speeds, works, mats)
@@ -279,7 +280,8 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
         StageEstimate("02_sidecar", sidecar, f"{side['mode_requests']} mode and {side['latency_requests']} latency requests"),
         StageEstimate("03_toolspec", study_s + bench_seconds(bench, speeds, works, mats),
                       f"results bench: {len(bench['targets'])} targets x {len(bench['benchmarks'])} benchmarks x "
-                      f"n={n} x {len(bench['methods'])} methods; studies"),
+                      f"n={n} x {len(bench['methods'])} methods; verify-cost curve"),
+        StageEstimate("08_arithmetic", arithmetic_s, "step, prefill and verify cost per arithmetic and thread count"),
         StageEstimate("06_ablations", ablation_s, f"{len(ablation_methods(ablation['ablations'], ablation['delays']))} "
                       f"methods x n={ablation['requests']}" + (", budget sweep" if ablation["budgets"] else "")),
         StageEstimate("book", BOOK_S, "04, 05, 07 read 03's run; jupyter-book"),
@@ -296,8 +298,8 @@ def reductions(params: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, d
                       "still checks it)", json.loads(json.dumps(current))))
     if current["06_ablations"]["budgets"]:
         current["06_ablations"]["budgets"] = []
-        steps.append(("06's budget sweep left out (03 sweeps ToolSpec's budget; the bench chooses its budget "
-                      "per machine)", json.loads(json.dumps(current))))
+        steps.append(("06's budget sweep left out (the bench chooses its budget per machine from the committed "
+                      "dev acceptance, shown in 03)", json.loads(json.dumps(current))))
     side = current["02_sidecar"]
     if side["mode_requests"] > 3 or side["latency_requests"] > 5:
         side["mode_requests"], side["latency_requests"] = min(side["mode_requests"], 3), min(side["latency_requests"], 5)
@@ -320,7 +322,7 @@ def make_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, 
               mats: dict[str, dict[int, float]], arithmetic: str,
               params: dict[str, dict[str, Any]] | None = None) -> ReproducePlan:
     """The full plan if it fits ``minutes`` (or no budget), else the least reduction that does."""
-    params = params or {nb: notebook_parameters(nb) for nb in ("02_sidecar", "03_toolspec", "05_bench", "06_ablations")}
+    params = params or {nb: notebook_parameters(nb) for nb in PLANNED_NOTEBOOKS}
     measured = StageEstimate("calibration", sum(s.calibrate_s for s in speeds.values()),
                              "measured: target loads and forwards")
 
@@ -362,7 +364,7 @@ def _overrides(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any
 
 def calibrate(target_name: str, profile: str, repeats: int = 3) -> Speed:
     """Load the target and time it on the first dev request (about 30 s for Qwen on the AVX2 CPU)."""
-    from ooospec.bench.study import cached_target
+    from ooospec.bench.targets import cached_target
     from ooospec.data import load_split
 
     started = time.perf_counter()
@@ -375,7 +377,7 @@ def measure_speed(target: Any, prompt: list[int], target_name: str, repeats: int
                   sizes: tuple[int, ...] = (0, 4, 8, 16, 32)) -> Speed:
     """Time one prefill, a one-row step and verify forwards, on one and two threads, and the tree
     budget the bench will choose here (`ooospec.bench.tree_budget.machine_budget`)."""
-    from ooospec.bench.study import torch_threads
+    from ooospec.bench.targets import torch_threads
     from ooospec.bench.tree_budget import machine_budget
     from ooospec.bench.verify_cost import verify_cost_curve
     from ooospec.decoding.loop import Prefill
@@ -428,8 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=90.0, help="time budget; 0: the full plan, no budget")
     parser.add_argument("--out", type=Path, default=None, help="default: artifacts/reproduce-plan")
     args = parser.parse_args(argv)
-    params = {nb: notebook_parameters(nb) for nb in ("02_sidecar", "03_toolspec", "05_bench", "06_ablations")}
-    targets = list(dict.fromkeys(params["05_bench"]["targets"] + params["03_toolspec"]["targets"]))
+    params = {nb: notebook_parameters(nb) for nb in PLANNED_NOTEBOOKS}
+    targets = list(dict.fromkeys(params["05_bench"]["targets"] + params["03_toolspec"]["targets"]
+                                 + params["08_arithmetic"]["targets"]))
     speeds = {t: calibrate(t, args.profile) for t in targets}
     works = {t: audit_work(t, params["05_bench"]["max_new_tokens"]) for t in targets}
     plan = make_plan(args.minutes or None, speeds, works, committed_mats(),

@@ -46,8 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ooospec.bench.runner import (BenchConfig, TargetProvider, assemble_records, bench_stage, load_benchmark, plan_bench,
-                           run_cell, slice_path, write_slice)
+from ooospec.bench.config import BenchConfig
+from ooospec.bench.plan import TargetProvider, plan_bench
+from ooospec.bench.runner import run_cell
+from ooospec.bench.sampling import load_benchmark
+from ooospec.bench.slices import assemble_records, bench_stage, slice_path, write_slice
 from ooospec.bench.methods import ablation_methods
 from ooospec.data.request import Request
 from ooospec.paths import REPO_ROOT, artifacts_dir
@@ -178,7 +181,7 @@ class CellResult:
 def plan_cells(configs: dict[str, BenchConfig], targets: TargetProvider | None = None
                ) -> tuple[list[Cell], list[CellOutcome], dict[str, str]]:
     """Pending cells, the cells whose slice exists (skipped) and the targets that cannot run."""
-    from ooospec.bench.runner import ProfileTargets
+    from ooospec.bench.plan import ProfileTargets
 
     pending, finished, skipped_targets = [], [], {}
     for label, cfg in configs.items():

@@ -105,9 +105,13 @@ def measure_acceptance(targets: tuple[str, ...], *, profile: str = "cpu", reques
                        max_new_tokens: int = 160, budgets: tuple[int, ...] = CANDIDATES) -> dict[str, Any]:
     """ToolSpec's MAT per node budget on dev requests, per target (the committed input of the rule).
 
-    Runs `ooospec.bench.study.method_slice` on the dev split (resumable stages); MAT is committed
-    tokens after the first (which the prefill writes) over target forwards, pooled over requests."""
-    from ooospec.bench.study import budget_runs, method_slice
+    Decodes the dev split through the bench's loop (`ooospec.bench.runner.decode_requests`, ToolSpec
+    at every budget with its depth limit equal to the budget); MAT is committed tokens after the
+    first (which the prefill writes) over target forwards, pooled over requests."""
+    from ooospec.bench.runner import decode_requests
+    from ooospec.bench.sampling import sample_requests
+    from ooospec.bench.targets import cached_target
+    from ooospec.data import load_split
     from ooospec.models.arithmetic import profile_arithmetic
     from ooospec.training.teacher import code_commit
 
@@ -116,11 +120,12 @@ def measure_acceptance(targets: tuple[str, ...], *, profile: str = "cpu", reques
                            "arithmetic": profile_arithmetic(profile).sentence(), "code_commit": code_commit(),
                            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "targets": {}}
     for target in targets:
-        records = method_slice(target, "dev", profile=profile, requests=requests, seed=seed,
-                               max_new_tokens=max_new_tokens, runs=budget_runs(list(budgets)))
+        methods = {b: f"toolspec:budget={b}:depth={b}" for b in budgets}
+        records = decode_requests(cached_target(target, profile), sample_requests(load_split("dev"), requests, seed, "dev"),
+                                  list(methods.values()), max_new_tokens=max_new_tokens, seed=seed, slice_name="dev")
         per_budget: dict[str, Any] = {}
         for b in budgets:
-            own = [r for r in records if r["method"] == f"toolspec@{b}"]
+            own = [r for r in records if r["method"] == methods[b]]
             decoded = sum(max(r["tokens"] - 1, 0) for r in own)
             forwards = sum(r["forwards"] for r in own)
             per_budget[str(b)] = {"mat": round(decoded / forwards, 4) if forwards else 0.0, "requests": len(own),

@@ -43,7 +43,7 @@ import llguidance.hf  # noqa: E402
 import xgrammar as xgr  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from ooospec.bench.runner import sample_requests  # noqa: E402
+from ooospec.bench.sampling import sample_requests  # noqa: E402
 from ooospec.decoding.tree import shared_prefix as common_prefix  # noqa: E402
 from ooospec.data.request import Call, read_requests  # noqa: E402
 from ooospec.decoding.base import DecodeContext, DecodeState  # noqa: E402

@@ -1,0 +1,156 @@
+"""The ablations chapter's tables: each method next to the one it is compared with, the latency
+sweep and its crossover with ToolSpec, and the tree-budget sweep."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, Iterable
+
+import pandas as pd
+
+from ooospec.bench.hint_tables import hint_table
+from ooospec.bench.methods import MethodSpec
+from ooospec.bench.tables import KEYS, frame, method_table, versus
+
+
+# ablation -> (the method it is compared with, what the comparison shows)
+BASE_LABELS = {"ar": "autoregressive", "pld": "prompt lookup", "toolspec": "ToolSpec (= OoO-Spec, hint off)",
+               "ooospec": "OoO-Spec (full)"}
+
+
+ABLATIONS: dict[str, tuple[str, str]] = {
+    "toolspec": ("ooospec", "hint off (= ToolSpec)"),
+    "toolspec:no_fsm": ("toolspec", "ToolSpec, FSM off"),
+    "toolspec:no_retrieval": ("toolspec", "ToolSpec, retrieval off"),
+    "ooospec:no_fsm": ("ooospec", "OoO-Spec, FSM off"),
+    "ooospec:no_retrieval": ("ooospec", "OoO-Spec, retrieval off"),
+    "ooospec:blocking": ("ooospec", "blocking sidecar (wait for the hint)"),
+    "ooospec:sequential": ("ooospec", "sequential slot decoding"),
+    "ooospec:two_waves": ("ooospec", "two waves (function, then its arguments)"),
+    "ooospec:no_prefix_share": ("ooospec", "one wave without a shared prefix cache"),
+    "ooospec:base_only": ("ooospec", "sidecar base without the adapter"),
+    "ooospec:nullable": ("ooospec", "sidecar may answer null for required slots"),
+    "ooospec:plain_hint": ("ooospec", "hint used as before (no share bound, no gate, no follow)"),
+    "ooospec:oracle": ("ooospec", "oracle first-call hint (the target's own first call)"),
+    "ooospec:gold": ("ooospec", "gold call as the hint"),
+    "ooospec:shared_core": ("ooospec", "sidecar on the target's core"),
+    "ooospec:in_process": ("ooospec", "sidecar as a thread of the target's process"),
+    "ooospec:elastic": ("ooospec", "target borrows the sidecar's idle core (elastic)"),
+}
+
+
+def ablation_label(method: str) -> str:
+    if method in BASE_LABELS:
+        return BASE_LABELS[method]
+    if method in ABLATIONS:
+        return ABLATIONS[method][1]
+    spec = MethodSpec.parse(method)
+    if _delayed(spec):
+        return f"OoO-Spec, +{spec.delay_s:g} s sidecar latency"
+    if spec.budget is not None:
+        return f"{replace(spec, budget=None).name}, {spec.budget}-node trees"
+    return method
+
+
+def ablation_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """Per method, pooled over targets and benchmarks: speedups over AR and over ToolSpec, MAT,
+    lossless rate and the hint's share, each ablation next to the method it is compared with."""
+    records = list(records)
+    table = method_table(records, by=("method",))
+    if table.empty:
+        return table
+    if "toolspec" in set(table.method):
+        table = table.merge(versus(records, "toolspec", by=("method",)), on="method", how="left")
+    hints = hint_table(records, by=("method",))
+    if not hints.empty:
+        table = table.merge(hints[["method", "hint_share_of_drafted", "median_ready_round"]], on="method", how="left")
+    table.insert(1, "ablation", table.method.map(ablation_label))
+    table["compared_with"] = table.method.map(lambda m: ABLATIONS.get(m, (_sweep_reference(m), ""))[0])
+    return table
+
+
+def _delayed(spec: MethodSpec) -> bool:
+    """OoO-Spec with injected sidecar latency and nothing else changed (the delay sweep)."""
+    return bool(spec.delay_s) and replace(spec, delay_s=0.0) == MethodSpec("ooospec")
+
+
+def _sweep_reference(method: str) -> str | None:
+    spec = MethodSpec.parse(method)
+    if _delayed(spec):
+        return "ooospec"
+    if spec.budget is not None:
+        return replace(spec, budget=None).name
+    return None
+
+
+def ablation_findings(table: pd.DataFrame, records: Iterable[dict[str, Any]] | None = None) -> list[str]:
+    """One sentence per ablation row, computed from the run (decode phase is the main effect).
+
+    With ``records``, each ratio is the ratio of total decode times on the requests both methods
+    decoded, with its paired bootstrap 95% interval; an ablation is called faster or slower only
+    when the interval excludes 1 (without records, no verdict is given)."""
+    from ooospec.bench.intervals import paired_speedup
+
+    df = frame(records).set_index(KEYS) if records is not None else None
+    by_method = {row.method: row for row in table.itertuples()}
+    lines = []
+    for row in table.itertuples():
+        reference = by_method.get(row.compared_with) if isinstance(row.compared_with, str) else None
+        if reference is None or row.method == row.compared_with:
+            continue
+        e2e = reference.total_s / row.total_s if row.total_s else math.nan
+        if df is not None:
+            ours, theirs = df[df.method == row.method], df[df.method == row.compared_with]
+            both = ours.index.intersection(theirs.index)
+            decode = paired_speedup(theirs.loc[both, "decode_s"], ours.loc[both, "decode_s"])
+            speed = f"decode phase {decode} the speed of {row.compared_with} ({decode.verdict})"
+        else:
+            ratio = reference.decode_s / row.decode_s if row.decode_s else math.nan
+            speed = f"decode phase {ratio:.2f}x the speed of {row.compared_with} (no interval: no verdict)"
+        lines.append(f"{row.ablation}: {speed}, end to end {e2e:.2f}x; MAT {row.mat:.2f} vs {reference.mat:.2f}; "
+                     f"bit-identical to AR {row.lossless:.0%} ({row.requests} requests).")
+    return lines
+
+
+def delay_sweep(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """OoO-Spec's speed over ToolSpec per injected sidecar latency (0 = the plain method)."""
+    records = list(records)
+    versus_ts = versus(records, "toolspec", by=("method",))
+    rows = []
+    for row in versus_ts.itertuples():
+        spec = MethodSpec.parse(row.method)
+        if spec != MethodSpec("ooospec") and not _delayed(spec):
+            continue
+        delay = spec.delay_s
+        rows.append({"delay_s": delay, "method": row.method, "decode_vs_toolspec": row.decode_vs_toolspec,
+                     "e2e_vs_toolspec": row.e2e_vs_toolspec})
+    return pd.DataFrame(rows, columns=["delay_s", "method", "decode_vs_toolspec", "e2e_vs_toolspec"]).sort_values("delay_s")
+
+
+def crossover(sweep: pd.DataFrame, column: str = "decode_vs_toolspec") -> float | None:
+    """The injected latency (s) where OoO-Spec stops beating ToolSpec: the first linear crossing
+    of 1.0 in the sweep; None when it never crosses inside the swept range."""
+    points = list(zip(sweep.delay_s, sweep[column]))
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if y0 > 1.0 >= y1:
+            return x0 + (y0 - 1.0) * (x1 - x0) / (y0 - y1)
+    if points and points[0][1] <= 1.0:
+        return points[0][0]
+    return None
+
+
+def budget_sweep(records: Iterable[dict[str, Any]], default_nodes: int = 16) -> pd.DataFrame:
+    """Speedup over AR per tree budget (ratio of total times), for each method base that was swept."""
+    table = method_table(records, by=("method",))
+    rows = []
+    for row in table.itertuples():
+        spec = MethodSpec.parse(row.method)
+        if replace(spec, budget=None) != MethodSpec(spec.base):
+            continue
+        rows.append({"base": spec.base, "nodes": spec.budget or default_nodes, "method": row.method,
+                     "decode_speedup": row.decode_speedup_total, "e2e_speedup": row.e2e_speedup_total,
+                     "mat": row.mat, "requests": row.requests})
+    out = pd.DataFrame(rows, columns=["base", "nodes", "method", "decode_speedup", "e2e_speedup", "mat", "requests"])
+    swept = {b for b, m in zip(out.base, out.method) if MethodSpec.parse(m).budget is not None}
+    return out[out.base.isin(swept)].sort_values(["base", "nodes"])
