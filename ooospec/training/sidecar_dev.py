@@ -245,3 +245,31 @@ def passes_table(profile: str = "cpu") -> "pd.DataFrame | None":
     # the target's calls first (they decide acceptance), the settings and adapters in their order
     every = every.sort_values("reference", key=lambda r: r != TARGET_REFERENCE, kind="stable")
     return every.set_index(["reference", "hint", "adapter"])
+
+
+def function_case_lines(table: "pd.DataFrame") -> list[str]:
+    """`function_cases_table` in a sentence per adapter: its misses against the target, how many are
+    its own and how many the target's departures from gold, and its rate without its own misses."""
+    lines = []
+    for label, counts in table.items():
+        n = int(counts.sum())
+        misses = n - int(counts[FUNCTION_CASES[0]] + counts[FUNCTION_CASES[1]])
+        own = int(counts[FUNCTION_CASES[2]])
+        lines.append(f"{label}: {misses} of {n} function indices differ from the target's; {own} are the sidecar's own "
+                     f"misses, {int(counts[FUNCTION_CASES[3]])} the target's departures from gold, "
+                     f"{int(counts[FUNCTION_CASES[4]])} all three differ. Without its own misses it would name the "
+                     f"target's function on {n - misses + own} of {n} ({(n - misses + own) / max(n, 1):.2f}).")
+    return lines
+
+
+def value_case_lines(table: "pd.DataFrame") -> list[str]:
+    """`value_cases_table` in a sentence per adapter: slots that agree with the target, the sidecar's
+    own misses, and the slots where the target departs from gold."""
+    lines = []
+    for label, counts in table.items():
+        n = int(counts.sum())
+        departs = int(counts[VALUE_CASES[2]] + counts[VALUE_CASES[3]])
+        lines.append(f"{label}: {int(counts[VALUE_CASES[0]])} of {n} slots agree with the target; "
+                     f"{int(counts[VALUE_CASES[1]])} are the sidecar's own misses; in {departs} the target departs "
+                     f"from gold ({int(counts[VALUE_CASES[2]])} of them with the sidecar writing gold's value).")
+    return lines
