@@ -25,8 +25,8 @@ from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
 from ooospec.models.arithmetic import NEAR_TIE_GAPS, near_tie_gap  # noqa: F401 (the bench reads them here)
+from ooospec.models.arithmetic import first_difference
 from ooospec.progress import progress_bar
-from ooospec.sequences import first_difference
 
 NEAR_TIE_GAP = NEAR_TIE_GAPS["float32"]  # logit gap under which fp32 summation order can flip a greedy choice
 

@@ -28,7 +28,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ooospec.bench.summary import method_table, speedup_intervals
-from ooospec.sequences import first_difference
+from ooospec.models.arithmetic import first_difference
 from ooospec.stage import read_jsonl
 
 COMPILED_OPTIONS = (("cpu", "sdpa"), ("cpu-compiled", "sdpa"))  # eager bf16 beside compiled bf16, one process

@@ -49,15 +49,14 @@ from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
-from ooospec.models.arithmetic import profile_arithmetic, running_arithmetic, sentences
+from ooospec.models.arithmetic import first_difference, profile_arithmetic, running_arithmetic, sentences
 from ooospec.progress import progress_bar
-from ooospec.sequences import first_difference
 from ooospec.stage import Stage, code_fingerprint, config_key, read_jsonl
 
 STAGE_NAME = "results"
 # the package source a slice's records depend on: its hash is part of the stage key
 BENCH_CODE = ("bench/runner.py", "bench/methods.py", "bench/compare.py", "bench/oracle_calls.py", "bench/tree_budget.py",
-              "decoding", "sidecar", "models", "data/request.py", "sequences.py")
+              "decoding", "sidecar", "models", "data/request.py")
 DEFAULT_TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
 BENCHMARKS = ("apibank", "toolalpaca", "bfcl")
 # requests a setting may be tuned on (the tree budget): the dev split of the training pool, never

@@ -27,7 +27,7 @@ from ooospec.stage import Stage, code_fingerprint, read_jsonl
 
 # the package source the study's records depend on: its hash is part of every stage key here
 STUDY_CODE = ("bench/study.py", "bench/compare.py", "bench/methods.py", "bench/verify_cost.py",
-              "decoding", "models", "sequences.py")
+              "decoding", "models")
 DEFAULT_RUNS = (MethodRun("pld", MethodSpec("pld")), MethodRun("toolspec", MethodSpec("toolspec")))
 
 
