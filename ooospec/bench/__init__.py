@@ -1,4 +1,4 @@
-"""The benchmark around the engine: method variants by name, the runner, summaries, figures.
+"""The benchmark around the engine: methods by name, the runner, summaries, figures.
 
 `methods` turns a method name (``"ooospec:no_fsm"``) into draft sources and a tree budget;
 `runner` decodes methods x targets x benchmarks into per-request records; `summary` turns records
