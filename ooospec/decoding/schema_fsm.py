@@ -20,8 +20,8 @@ Inside an open string it bets, after the other sources, that the string ends rig
 closing quote plus the scaffold after it): a wrong bet costs a few tree nodes, a right one saves
 the forwards that would emit the closers one by one.
 
-The match runs over the frozen rendering and its bare-object variant at once
-(`ooospec.decoding.variants`): a target that drops its fence or indentation is still followed.
+The match runs over the frozen rendering and its bare-object layout at once
+(`ooospec.decoding.layouts`): a target that drops its fence or indentation is still followed.
 A schema it cannot compile (``anyOf`` at the top, missing ``properties``, an irregular surface)
 gives no FSM drafts for that request and a ``fsm_fallback`` trace event with the reason.
 """
@@ -36,7 +36,7 @@ from ooospec.decoding.base import DecodeContext, DecodeState, Draft, DraftSource
 from ooospec.decoding.json_value import JsonValueScanner
 from ooospec.decoding.scaffold import Scaffold, ScaffoldError, derive_scaffold, function_text, key_text
 from ooospec.decoding.text_drafts import tokens_continuing
-from ooospec.decoding.variants import json_variants
+from ooospec.decoding.layouts import json_layouts
 from ooospec.models.surface import SurfaceFormat
 
 UNSUPPORTED_COMBINATORS = ("anyOf", "oneOf", "allOf", "$ref", "not")
@@ -134,13 +134,13 @@ def _compile_variant(tools: list[dict[str, Any]], surface: SurfaceFormat) -> Var
 def compile_schema(tools: list[dict[str, Any]], surface: SurfaceFormat | None,
                    variants: bool = True) -> CompiledSchema:
     """Compile ``tools`` (OpenAI-style function specs) for ``surface`` (plus its looser JSON
-    variants, see `ooospec.decoding.variants`) or raise `SchemaCompileError`."""
+    layouts, see `ooospec.decoding.layouts`) or raise `SchemaCompileError`."""
     if surface is None:
         raise SchemaCompileError("no surface format for this target")
     if not tools:
         raise SchemaCompileError("the request offers no tools")
     compiled = [_compile_variant(tools, surface)]
-    for extra in json_variants(surface) if variants else []:
+    for extra in json_layouts(surface) if variants else []:
         try:
             compiled.append(_compile_variant(tools, extra))
         except SchemaCompileError:
