@@ -243,7 +243,7 @@ def test_bare_layout_is_derived_only_where_it_differs():
     assert [v.name for v in json_layouts(get_surface("qwen_fenced_json"))] == ["qwen_fenced_json+bare"]
     assert json_layouts(get_surface("llama_json")) == []
     compiled = compile_schema(TOOLS, get_surface("qwen_fenced_json"))
-    assert [v.surface for v in compiled.variants] == ["qwen_fenced_json", "qwen_fenced_json+bare"]
+    assert [v.surface for v in compiled.layouts] == ["qwen_fenced_json", "qwen_fenced_json+bare"]
     fsm = SchemaFSM(compiled)
     fsm.sync('{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"')
     best = fsm.proposals(max_drafts=1)[0]

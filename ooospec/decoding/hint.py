@@ -286,8 +286,8 @@ class HintBank(DraftSource):
         closed since."""
         if not text.strip() or self.fsm.position() not in ("before", "after"):
             return True
-        for variant in self.fsm.variants:
-            sc = variant.scaffold
+        for layout in self.fsm.layouts:
+            sc = layout.scaffold
             opened = text.rfind(sc.call_open)
             if opened >= 0:
                 rest = text[opened + len(sc.call_open):]
