@@ -1,7 +1,7 @@
 """OoO-Spec reference artifact.
 
 Every notebook is a thin caller of this package. Layers, each importing only those below it:
-`ooospec.bench` (method variants, runner, summaries, figures) -> `ooospec.decoding` (the engine:
+`ooospec.bench` (methods by name, runner, summaries, figures) -> `ooospec.decoding` (the engine:
 tree, verifier, loop, draft sources) and `ooospec.training` (teacher traces, LoRA training) ->
 `ooospec.sidecar` (slot rows, predictor protocol, predictor, service) -> `ooospec.models`
 (profiles, loading, targets, surface formats, frozen adapters) -> `ooospec.data` (Request

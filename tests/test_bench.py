@@ -17,7 +17,7 @@ from ooospec.bench.plan import BENCH_CODE
 from ooospec.bench.runner import method_order, run_bench
 from ooospec.bench.sampling import sample_requests, warmup_requests
 from ooospec.bench.slices import bench_stage, slice_path
-from ooospec.sequences import first_difference
+from ooospec.models.arithmetic import first_difference
 from ooospec.bench.methods import (HINT_ROOM_ABLATION, HINT_ROOM_CONTROL, FSMOff, MethodSpec, RetrievalOff,
                                    ablation_methods, budget_methods, method_budget, method_sources, parse_methods)
 from ooospec.bench.oracle_calls import CallDirectory

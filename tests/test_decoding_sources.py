@@ -18,7 +18,7 @@ from ooospec.decoding.schema_fsm import (
     End, Keys, Names, SchemaCompileError, SchemaFSM, SchemaFSMSource, Start, Value, compile_schema,
 )
 from ooospec.decoding.text_drafts import tokens_continuing
-from ooospec.decoding.variants import BareJsonCall, json_variants
+from ooospec.decoding.layouts import BareJsonCall, json_layouts
 from ooospec.models.formats import get_surface, surface_names
 from ooospec.models.tiny import tiny_tokenizer
 
@@ -239,11 +239,11 @@ def test_fsm_grammar_says_what_fixed_text_leaves_each_node():
     ]
 
 
-def test_bare_variant_is_derived_only_where_it_differs():
-    assert [v.name for v in json_variants(get_surface("qwen_fenced_json"))] == ["qwen_fenced_json+bare"]
-    assert json_variants(get_surface("llama_json")) == []
+def test_bare_layout_is_derived_only_where_it_differs():
+    assert [v.name for v in json_layouts(get_surface("qwen_fenced_json"))] == ["qwen_fenced_json+bare"]
+    assert json_layouts(get_surface("llama_json")) == []
     compiled = compile_schema(TOOLS, get_surface("qwen_fenced_json"))
-    assert [v.surface for v in compiled.variants] == ["qwen_fenced_json", "qwen_fenced_json+bare"]
+    assert [v.surface for v in compiled.layouts] == ["qwen_fenced_json", "qwen_fenced_json+bare"]
     fsm = SchemaFSM(compiled)
     fsm.sync('{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"')
     best = fsm.proposals(max_drafts=1)[0]

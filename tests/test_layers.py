@@ -2,7 +2,7 @@
 
 Parsed from the source (module-level and function-level imports alike), so a lazy import inside a
 function cannot hide a cycle. ``training`` may use the decoder (the teacher decodes with it), never
-the other way round; the top-level helpers (``paths``, ``stage``, ``progress``, ``sequences``,
+the other way round; the top-level helpers (``paths``, ``stage``, ``progress``,
 ``notebook``) import no package of ours but ``paths``.
 """
 
@@ -21,7 +21,7 @@ ALLOWED = {
     "training": {"data", "models", "sidecar", "decoding"},
     "bench": {"data", "models", "sidecar", "decoding", "training"},
 }
-HELPERS = {"paths", "stage", "progress", "sequences", "notebook", "resources"}
+HELPERS = {"paths", "stage", "progress", "notebook", "resources"}
 
 
 def imported_modules(path: Path, root: Path = PACKAGE) -> list[tuple[int, str]]:

@@ -64,7 +64,7 @@ def test_qwen_rendering_layout():
     assert text == '```json\n{\n  "name": "f.g",\n  "arguments": {\n    "xs": [1, 2],\n    "d": {\n      "k": "ü"\n    }\n  }\n}\n```'
 
 
-def test_qwen_variant_follows_the_benchmark():
+def test_qwen_layout_follows_the_benchmark():
     def request(benchmark: str) -> Request:
         return Request(id="x", benchmark=benchmark, split="eval", messages=[], tools=[], gold=None)
 
@@ -74,9 +74,9 @@ def test_qwen_variant_follows_the_benchmark():
     by_benchmark = frozen_rendering()["variant_by_benchmark"]
     for benchmark in ("apibank", "bfcl", "toolalpaca"):
         chosen = surface.for_request(request(benchmark))
-        assert chosen.variant == by_benchmark.get(benchmark, by_benchmark["*"])
-        assert [v.variant for v in surface.variants(request(benchmark))] == [chosen.variant] + sorted(
-            {"fenced", "inline"} - {chosen.variant})
+        assert chosen.layout_name == by_benchmark.get(benchmark, by_benchmark["*"])
+        assert [v.layout_name for v in surface.layouts(request(benchmark))] == [chosen.layout_name] + sorted(
+            {"fenced", "inline"} - {chosen.layout_name})
     assert QwenFencedJson("fenced").render([Call("f", {})]) == '```json\n{\n  "name": "f",\n  "arguments": {}\n}\n```'
     inline = QwenFencedJson("inline").render([Call("f", {"xs": [{"a": 1}]})])
     assert inline == '{"name": "f", "arguments": {"xs": [{"a": 1}]}}'
@@ -92,7 +92,7 @@ def test_frozen_qwen_rendering_reproduces_every_observed_answer():
     frozen layout is re-rendered byte for byte by that layout, and the choice per benchmark is the
     majority of the observations."""
     from ooospec.models.formats.qwen_fenced_json import QwenFencedJson
-    from ooospec.models.rendering_evidence import variant_choice
+    from ooospec.models.rendering_evidence import layout_choice
 
     evidence = json.loads((configs_dir() / "renderings" / "qwen_fenced_json.json").read_text())
     observations = evidence["observations"]
@@ -104,8 +104,8 @@ def test_frozen_qwen_rendering_reproduces_every_observed_answer():
             layout = QwenFencedJson(name)
             calls = layout.parse(obs["raw_text"])
             assert calls and layout.render(calls) == obs["raw_text"], obs["request_id"]
-    variants = {name: QwenFencedJson(name) for name in ("fenced", "inline")}
-    assert variant_choice(observations, variants) == evidence["variant_by_benchmark"]
+    layouts = {name: QwenFencedJson(name) for name in ("fenced", "inline")}
+    assert layout_choice(observations, layouts) == evidence["variant_by_benchmark"]
 
 
 def test_unknown_surface_lists_known_names():

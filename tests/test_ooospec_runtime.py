@@ -177,7 +177,7 @@ def test_hint_follows_the_layout_the_target_writes(tokenizer):
 
     request = Request("r1", "apibank", "eval", [{"role": "user", "content": "weather"}], TOOLS, None)
     surface = QwenFencedJson()
-    assert {v.variant for v in surface.variants(request)} == {"fenced", "inline"}
+    assert {v.layout_name for v in surface.layouts(request)} == {"fenced", "inline"}
     call = Call("get_weather", {"city": "Paris"})
     fenced = QwenFencedJson("fenced").render([call])
     bank = HintBank(StoredHints({request.id: call.compact()}))

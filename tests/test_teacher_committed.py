@@ -59,8 +59,7 @@ def test_teacher_rederives_a_committed_slice():
     call, or a first difference at an AR near-tie, which is printed. The traces were made in bf16;
     a machine without bf16 kernels re-derives them in fp32, and then a difference is accepted only
     where the local top-2 gap is within bf16's rounding (the committed arithmetic's)."""
-    from ooospec.models.arithmetic import near_tie_gap
-    from ooospec.sequences import first_difference
+    from ooospec.models.arithmetic import first_difference, near_tie_gap
     from ooospec.decoding.loop import decode
     from ooospec.decoding.verifier import TreeVerifier
     from ooospec.models.target import load_role

@@ -29,7 +29,7 @@ import pandas as pd
 
 from ooospec.bench.speedups import speedup_intervals
 from ooospec.bench.tables import method_table
-from ooospec.sequences import first_difference
+from ooospec.models.arithmetic import first_difference
 from ooospec.stage import read_jsonl
 
 COMPILED_OPTIONS = (("cpu", "sdpa"), ("cpu-compiled", "sdpa"))  # eager bf16 beside compiled bf16, one process

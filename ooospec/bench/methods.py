@@ -1,6 +1,6 @@
-"""Method variants by name: ``"ooospec:no_fsm"`` -> a `MethodSpec` -> fresh draft sources + budget.
+"""Methods by name: ``"ooospec:no_fsm"`` -> a `MethodSpec` -> fresh draft sources + budget.
 
-The bench and the ablations name every variant as a string, so a notebook parameter, a record's
+The bench and the ablations name every method as a string, so a notebook parameter, a record's
 ``method`` field and a table row all speak the same language. Grammar: ``base[:option]*`` with
 ``base`` one of `BASES` and options
 
@@ -68,7 +68,7 @@ _DRAFTING = ("pld", "toolspec", "ooospec")
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """One decoding method variant; every field but ``base`` defaults to the paper's setting."""
+    """One decoding method; every field but ``base`` defaults to the paper's setting."""
 
     base: str
     fsm: bool = True
@@ -307,7 +307,7 @@ def method_budget(spec: MethodSpec, target_name: str, default: TreeBudget | None
 
 
 def ablation_methods(ablations: list[str], delays: list[float]) -> list[str]:
-    """The ablations chapter's method list: AR, ToolSpec and OoO-Spec, every ablation variant, the
+    """The ablations chapter's method list: AR, ToolSpec and OoO-Spec, every ablation, the
     latency sweep and the reserved-room tree with its control. One definition, so notebook 06 and
     `ooospec.bench.sweep` key the same bench stage (the key covers the method list)."""
     return (["ar", "toolspec", "ooospec"] + list(ablations) + [f"ooospec:delay={d}" for d in delays]

@@ -16,7 +16,7 @@ from ooospec.stage import code_fingerprint, config_key
 # the package source a slice's records depend on: its hash is part of the stage key
 BENCH_CODE = ("bench/config.py", "bench/sampling.py", "bench/plan.py", "bench/sidecars.py", "bench/records.py",
               "bench/slices.py", "bench/runner.py", "bench/methods.py", "bench/oracle_calls.py", "bench/tree_budget.py",
-              "bench/placement.py", "decoding", "sidecar", "models", "data/request.py", "sequences.py")
+              "bench/placement.py", "decoding", "sidecar", "models", "data/request.py")
 
 
 class TargetProvider(Protocol):

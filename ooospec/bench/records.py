@@ -13,8 +13,7 @@ from ooospec.bench.plan import BenchPlan
 from ooospec.data.request import Call
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult
-from ooospec.models.arithmetic import NEAR_TIE_GAPS, sentences
-from ooospec.sequences import first_difference
+from ooospec.models.arithmetic import NEAR_TIE_GAPS, first_difference, sentences
 from ooospec.stage import Stage
 
 

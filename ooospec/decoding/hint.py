@@ -270,7 +270,7 @@ class HintBank(DraftSource):
         if self.ctx.surface is None:
             return self._reject(state, "target has no surface format to render the hint")
         calls = checked.calls if self.follow else checked.calls[:1]
-        layouts = self.ctx.surface.variants(self.ctx.request)
+        layouts = self.ctx.surface.layouts(self.ctx.request)
         self.hints = list(dict.fromkeys(HintText(c.name, v.render([c])) for c in calls for v in layouts))
         self.cursors = {h: 0 for h in self.hints}
         self.stats.ready_round, self.stats.call = state.round_index, calls[0].to_dict()
@@ -286,8 +286,8 @@ class HintBank(DraftSource):
         closed since."""
         if not text.strip() or self.fsm.position() not in ("before", "after"):
             return True
-        for variant in self.fsm.variants:
-            sc = variant.scaffold
+        for layout in self.fsm.layouts:
+            sc = layout.scaffold
             opened = text.rfind(sc.call_open)
             if opened >= 0:
                 rest = text[opened + len(sc.call_open):]

@@ -20,8 +20,8 @@ Inside an open string it bets, after the other sources, that the string ends rig
 closing quote plus the scaffold after it): a wrong bet costs a few tree nodes, a right one saves
 the forwards that would emit the closers one by one.
 
-The match runs over the frozen rendering and its bare-object variant at once
-(`ooospec.decoding.variants`): a target that drops its fence or indentation is still followed.
+The match runs over the frozen rendering and its bare-object layout at once
+(`ooospec.decoding.layouts`): a target that drops its fence or indentation is still followed.
 A schema it cannot compile (``anyOf`` at the top, missing ``properties``, an irregular surface)
 gives no FSM drafts for that request and a ``fsm_fallback`` trace event with the reason.
 """
@@ -36,7 +36,7 @@ from ooospec.decoding.base import DecodeContext, DecodeState, Draft, DraftSource
 from ooospec.decoding.json_value import JsonValueScanner
 from ooospec.decoding.scaffold import Scaffold, ScaffoldError, derive_scaffold, function_text, key_text
 from ooospec.decoding.text_drafts import tokens_continuing
-from ooospec.decoding.variants import json_variants
+from ooospec.decoding.layouts import json_layouts
 from ooospec.models.surface import SurfaceFormat
 
 UNSUPPORTED_COMBINATORS = ("anyOf", "oneOf", "allOf", "$ref", "not")
@@ -67,7 +67,7 @@ class FunctionSpec:
 
 
 @dataclass(frozen=True)
-class Variant:
+class LayoutSchema:
     """One rendering the FSM follows: its scaffold pieces and the function/key texts in it."""
 
     surface: str
@@ -77,15 +77,15 @@ class Variant:
 
 @dataclass(frozen=True)
 class CompiledSchema:
-    variants: tuple[Variant, ...]  # the target's frozen rendering first
+    layouts: tuple[LayoutSchema, ...]  # the target's frozen rendering first
 
     @property
     def scaffold(self) -> Scaffold:
-        return self.variants[0].scaffold
+        return self.layouts[0].scaffold
 
     @property
     def functions(self) -> tuple[FunctionSpec, ...]:
-        return self.variants[0].functions
+        return self.layouts[0].functions
 
 
 def _param_spec(surface: SurfaceFormat, scaffold: Scaffold, tool: str, name: str, schema: Any,
@@ -103,7 +103,7 @@ def _param_spec(surface: SurfaceFormat, scaffold: Scaffold, tool: str, name: str
     return ParamSpec(name, key_text(surface, scaffold, name), concrete == ["string"], choices, required)
 
 
-def _compile_variant(tools: list[dict[str, Any]], surface: SurfaceFormat) -> Variant:
+def _compile_layout(tools: list[dict[str, Any]], surface: SurfaceFormat) -> LayoutSchema:
     try:
         scaffold = derive_scaffold(surface)
         functions = []
@@ -128,41 +128,41 @@ def _compile_variant(tools: list[dict[str, Any]], surface: SurfaceFormat) -> Var
             functions.append(FunctionSpec(name, function_text(surface, scaffold, name), specs))
     except ScaffoldError as err:
         raise SchemaCompileError(f"surface {surface.name!r}: {err}") from err
-    return Variant(surface.name, scaffold, tuple(functions))
+    return LayoutSchema(surface.name, scaffold, tuple(functions))
 
 
 def compile_schema(tools: list[dict[str, Any]], surface: SurfaceFormat | None,
-                   variants: bool = True) -> CompiledSchema:
+                   layouts: bool = True) -> CompiledSchema:
     """Compile ``tools`` (OpenAI-style function specs) for ``surface`` (plus its looser JSON
-    variants, see `ooospec.decoding.variants`) or raise `SchemaCompileError`."""
+    layouts, see `ooospec.decoding.layouts`) or raise `SchemaCompileError`."""
     if surface is None:
         raise SchemaCompileError("no surface format for this target")
     if not tools:
         raise SchemaCompileError("the request offers no tools")
-    compiled = [_compile_variant(tools, surface)]
-    for extra in json_variants(surface) if variants else []:
+    compiled = [_compile_layout(tools, surface)]
+    for extra in json_layouts(surface) if layouts else []:
         try:
-            compiled.append(_compile_variant(tools, extra))
+            compiled.append(_compile_layout(tools, extra))
         except SchemaCompileError:
-            continue  # a variant is optional; the frozen rendering compiled
+            continue  # a looser layout is optional; the frozen rendering compiled
     return CompiledSchema(tuple(compiled))
 
 
 # ---- the call grammar ---------------------------------------------------------------------------
 # A node is a point in a call where a piece of fixed text ends: a choice among fixed texts
 # (function names, argument keys) or a stretch of free text (prose before a call, a value, the
-# end of the call). Every node but `Start` carries its variant ``v``: each rendering is its own
+# end of the call). Every node but `Start` carries its layout ``v``: each rendering is its own
 # grammar. What fixed text leaves each node is said in one place, `SchemaFSM._grammar`.
 
 
 @dataclass(frozen=True)
 class Start:
-    """Before any call: prose, until a call opener of some variant begins."""
+    """Before any call: prose, until a call opener of some layout begins."""
 
 
 @dataclass(frozen=True)
 class Names:
-    """Right after a call opener of variant ``v``: a function name follows."""
+    """Right after a call opener of layout ``v``: a function name follows."""
 
     v: int
 
@@ -191,7 +191,7 @@ class Value:
 
 @dataclass(frozen=True)
 class End:
-    """A complete call of variant ``v``: the reply may end, or (where the surface chains calls)
+    """A complete call of layout ``v``: the reply may end, or (where the surface chains calls)
     another call follow."""
 
     v: int
@@ -288,7 +288,7 @@ class SchemaFSM:
 
     def __init__(self, compiled: CompiledSchema, max_choices: int = 8, guess_value_end: bool = True):
         self.compiled = compiled
-        self.variants = compiled.variants
+        self.layouts = compiled.layouts
         self.max_choices = max_choices
         self.guess_value_end = guess_value_end
         # both depend on the node alone: computed once per node and request (read-only lists)
@@ -312,9 +312,9 @@ class SchemaFSM:
     def _grammar(self, node: Node) -> list[Edge]:
         """The one interpreter of the node grammar: the fixed texts out of ``node``, in the order
         the matcher tries them (drafts reorder them by rank)."""
-        if isinstance(node, Start):  # any variant's opener, the frozen rendering first
-            return [Edge(x.scaffold.call_open, Names(v), "prefix", (v,)) for v, x in enumerate(self.variants)]
-        sc = self.variants[node.v].scaffold
+        if isinstance(node, Start):  # any layout's opener, the frozen rendering first
+            return [Edge(x.scaffold.call_open, Names(v), "prefix", (v,)) for v, x in enumerate(self.layouts)]
+        sc = self.layouts[node.v].scaffold
         if isinstance(node, Names):
             return self._name_edges(node, sc)
         if isinstance(node, Keys):
@@ -331,7 +331,7 @@ class SchemaFSM:
         has parameters). Arguments are followed even for a function that declares none (models
         add some), but not drafted."""
         out = []
-        for fi, fn in enumerate(self.variants[node.v].functions):
+        for fi, fn in enumerate(self.layouts[node.v].functions):
             listed = fi < self.max_choices
             keys = Keys(node.v, fi, frozenset(), -1)
             out.append(Edge(fn.name_text + sc.args_open, keys, "name", (fi,), listed and bool(fn.params)))
@@ -342,7 +342,7 @@ class SchemaFSM:
     def _key_edges(self, node: Keys, sc: Scaffold) -> list[Edge]:
         """Every parameter not given yet. Calls mostly follow the schema's order, so drafts rank
         the parameters after the latest given one first, then wrap around."""
-        params = self.variants[node.v].functions[node.fn].params
+        params = self.layouts[node.v].functions[node.fn].params
         free = [pi for pi in range(len(params)) if pi not in node.used]
         order = [pi for pi in free if pi > node.last] + [pi for pi in free if pi <= node.last]
         place = {pi: rank for rank, pi in enumerate(order)}
@@ -355,7 +355,7 @@ class SchemaFSM:
     def _value_exits(self, node: Value, sc: Scaffold) -> list[Edge]:
         """The two ways out of a finished value: more keys, or the end of the call; the likelier
         first (more keys while a required parameter is still missing)."""
-        params = self.variants[node.v].functions[node.fn].params
+        params = self.layouts[node.v].functions[node.fn].params
         last = node.param if node.param != FREE_PARAM else max(node.used, default=-1)
         more = (sc.between, Keys(node.v, node.fn, node.used, last))
         done = (sc.args_close, End(node.v))
@@ -436,10 +436,10 @@ class SchemaFSM:
 
     def _step_free_key(self, config: FreeKey, ch: str) -> list[Config]:
         node, text = config.node, config.text + ch
-        kv_sep = self.variants[node.v].scaffold.kv_sep
+        kv_sep = self.layouts[node.v].scaffold.kv_sep
         if text.endswith(kv_sep) and len(text) > len(kv_sep):
             key = text[: -len(kv_sep)]
-            if any(p.key_text == key for p in self.variants[node.v].functions[node.fn].params):
+            if any(p.key_text == key for p in self.layouts[node.v].functions[node.fn].params):
                 return []  # a declared key: its own configuration follows it
             return [InValue(Value(node.v, node.fn, FREE_PARAM, node.used), JsonValueScanner())]
         return [config._replace(text=text)] if len(text) <= MAX_FREE_KEY else []
@@ -469,7 +469,7 @@ class SchemaFSM:
         for config in self.configs:
             node = config.node if isinstance(config, (InValue, FreeKey)) else getattr(config, "then", None)
             if isinstance(node, (Keys, Value)):
-                names.add(self.variants[node.v].functions[node.fn].name)
+                names.add(self.layouts[node.v].functions[node.fn].name)
         return frozenset(names)
 
     # -- proposing --
@@ -527,7 +527,7 @@ class SchemaFSM:
 
     def _expand_value(self, config: InValue) -> list[Proposal]:
         node, scanner = config.node, config.scanner
-        params = self.variants[node.v].functions[node.fn].params
+        params = self.layouts[node.v].functions[node.fn].params
         param = params[node.param] if node.param != FREE_PARAM else UNDECLARED
         if scanner.complete:
             # closed string, literal or container: the scaffold after it is fixed. A number may
@@ -558,11 +558,11 @@ class SchemaFSMSource(DraftSource):
     name = "fsm"
 
     def __init__(self, max_drafts: int = 6, max_choices: int = 8, guess_value_end: bool = True,
-                 variants: bool = True):
+                 layouts: bool = True):
         self.max_drafts = max_drafts
         self.max_choices = max_choices
         self.guess_value_end = guess_value_end
-        self.variants = variants
+        self.layouts = layouts
         self.fsm: SchemaFSM | None = None
         self._eos: int | None = None
         self._tokenizer: Any = None
@@ -571,7 +571,7 @@ class SchemaFSMSource(DraftSource):
         self._tokenizer = ctx.tokenizer
         self._eos = ctx.eos_token_ids[0] if ctx.eos_token_ids else None
         try:
-            compiled = compile_schema(ctx.request.tools, ctx.surface, self.variants)
+            compiled = compile_schema(ctx.request.tools, ctx.surface, self.layouts)
             self.fsm = SchemaFSM(compiled, self.max_choices, self.guess_value_end)
         except SchemaCompileError as err:
             self.fsm = None

@@ -8,7 +8,8 @@ statement about one arithmetic on one CPU. `Arithmetic` records what ran, once p
 `Arithmetic.sentence` is how pages name it ("fp32 on a 2-core AVX2 CPU (AMD EPYC)").
 
 The near-tie rule follows the arithmetic that ran (`near_tie_gap`): a speculative decode may
-differ from AR only where AR's own top-2 logit gap is within that arithmetic's rounding.
+differ from AR only where AR's own top-2 logit gap is within that arithmetic's rounding, at the
+position `first_difference` finds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import platform
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Sequence
 
 # the largest top-2 logit gap that the arithmetic can flip between a tree forward and a one-row
 # step: fp32 reorders sums (~1e-3 at most, measured); bf16 keeps 7 explicit mantissa bits, so two
@@ -34,6 +35,15 @@ def near_tie_gap(dtype: Any) -> float:
 def short_name(dtype: Any) -> str:
     name = str(dtype).removeprefix("torch.")
     return SHORT_NAMES.get(name, name)
+
+
+def first_difference(a: Sequence, b: Sequence) -> int | None:
+    """Index of the first position where two sequences differ (a length mismatch counts); None
+    when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 @lru_cache(maxsize=1)

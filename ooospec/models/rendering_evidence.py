@@ -35,41 +35,41 @@ def greedy_text(target: TargetModel, request: Request, max_new_tokens: int) -> t
     return target.tokenizer.decode(new, skip_special_tokens=False), stopped
 
 
-def matching_variants(raw_text: str, variants: dict[str, SurfaceFormat]) -> list[str]:
-    """The variants whose rendering of the parsed calls reproduces ``raw_text`` byte for byte."""
-    first = next(iter(variants.values()))
+def matching_layouts(raw_text: str, layouts: dict[str, SurfaceFormat]) -> list[str]:
+    """The layouts whose rendering of the parsed calls reproduces ``raw_text`` byte for byte."""
+    first = next(iter(layouts.values()))
     calls = first.parse(raw_text)
     if not calls:
         return []
-    return [name for name, surface in variants.items() if surface.render(calls) == raw_text]
+    return [name for name, surface in layouts.items() if surface.render(calls) == raw_text]
 
 
-def observe_layouts(target: TargetModel, requests: list[Request], variants: dict[str, SurfaceFormat],
+def observe_layouts(target: TargetModel, requests: list[Request], layouts: dict[str, SurfaceFormat],
                     max_new_tokens: int = 200) -> list[dict[str, Any]]:
     """Greedy answers of ``target`` on ``requests`` (training/dev requests only: the rendering must
     not be fitted on the evaluation requests it is then used on), each with the layouts that
-    reproduce it byte for byte; `variant_choice` turns them into the frozen choice."""
+    reproduce it byte for byte; `layout_choice` turns them into the frozen choice."""
     rows = []
     for request in progress_bar(requests, desc=f"rendering evidence {target.name}"):
         raw, stopped = greedy_text(target, request, max_new_tokens)
-        rows.append(observation(request.id, request.benchmark, request.source, raw, stopped, variants))
+        rows.append(observation(request.id, request.benchmark, request.source, raw, stopped, layouts))
     return rows
 
 
 def observation(request_id: str, benchmark: str, source: str, raw_text: str, stopped_on_eos: bool,
-                variants: dict[str, SurfaceFormat]) -> dict[str, Any]:
+                layouts: dict[str, SurfaceFormat]) -> dict[str, Any]:
     """One stored answer: its text, the layouts that reproduce it, the calls parsed from it."""
     return {"request_id": request_id, "benchmark": benchmark, "source": source, "raw_text": raw_text,
-            "stopped_on_eos": stopped_on_eos, "variants": matching_variants(raw_text, variants),
-            "calls": [c.to_dict() for c in next(iter(variants.values())).parse(raw_text)]}
+            "stopped_on_eos": stopped_on_eos, "variants": matching_layouts(raw_text, layouts),
+            "calls": [c.to_dict() for c in next(iter(layouts.values())).parse(raw_text)]}
 
 
-def variant_choice(rows: list[dict[str, Any]], variants: dict[str, SurfaceFormat]) -> dict[str, str]:
-    """``{"*": majority variant, benchmark: its own majority where it differs}`` over observations."""
+def layout_choice(rows: list[dict[str, Any]], layouts: dict[str, SurfaceFormat]) -> dict[str, str]:
+    """``{"*": majority layout, benchmark: its own majority where it differs}`` over observations."""
     from collections import Counter
 
     overall = Counter(v for row in rows for v in row["variants"])
-    default = overall.most_common(1)[0][0] if overall else next(iter(variants))
+    default = overall.most_common(1)[0][0] if overall else next(iter(layouts))
     choice = {"*": default}
     for benchmark in sorted({row["benchmark"] for row in rows}):
         counter = Counter(v for row in rows if row["benchmark"] == benchmark for v in row["variants"])
@@ -93,17 +93,17 @@ def store_qwen_evidence(rows: list[dict[str, Any]], note: str) -> dict[str, Any]
     from ooospec.models.formats.qwen_fenced_json import RENDERING_FILE, frozen_rendering
     from ooospec.paths import configs_dir
 
-    variants = qwen_layouts()
+    layouts = qwen_layouts()
     path = configs_dir() / "renderings" / RENDERING_FILE
     data = json.loads(path.read_text(encoding="utf-8"))
     data.pop("exact_matches_of_call_only_answers", None)
     data.update({
         "observed_at": time.strftime("%Y-%m-%d"),
-        "variant_by_benchmark": variant_choice(rows, variants),
+        "variant_by_benchmark": layout_choice(rows, layouts),
         "evidence_source": note,
         "observed": {"answers": len(rows),
                      "in a frozen variant": sum(bool(r["variants"]) for r in rows),
-                     **{f"variant {v}": sum(v in r["variants"] for r in rows) for v in variants},
+                     **{f"variant {v}": sum(v in r["variants"] for r in rows) for v in layouts},
                      "calls parsed but no variant reproduces them": sum(bool(r["calls"]) and not r["variants"] for r in rows),
                      "no call": sum(not r["calls"] for r in rows)},
         "observations": rows,
@@ -115,7 +115,7 @@ def store_qwen_evidence(rows: list[dict[str, Any]], note: str) -> dict[str, Any]
 
 def rederive_qwen_rendering(per_benchmark: int = 12, profile: str = "cpu", seed: int = 0,
                             max_new_tokens: int = 200) -> dict[str, Any]:
-    """Re-derive the Qwen rendering's variant choice by decoding ``per_benchmark`` dev requests
+    """Re-derive the Qwen rendering's layout choice by decoding ``per_benchmark`` dev requests
     per dev benchmark (seeded); no evaluation request is observed."""
     import random
 

@@ -37,11 +37,11 @@ class SurfaceFormat(ABC):
 
         Most formats have one rendering. A target whose observed layout depends on the prompt
         context (Qwen2.5-Coder answers API-Bank dialogues with one-line JSON but fences its calls
-        elsewhere) returns the variant it was observed to use for this kind of request.
+        elsewhere) returns the layout it was observed to use for this kind of request.
         """
         return self
 
-    def variants(self, request: Request) -> list["SurfaceFormat"]:
+    def layouts(self, request: Request) -> list["SurfaceFormat"]:
         """Every rendering this target may use for ``request``, the expected one first.
 
         A target whose layout is not fixed by the kind of request (Qwen2.5-Coder writes API-Bank

@@ -4,7 +4,7 @@
 `predictor.SlotPredictor` answers a request's rows in one batched generation and `join.join_rows`
 turns the answers into the compact semantic call; `metrics` scores waves against reference calls;
 `latency` times the wave
-against the target; `base` loads the profile's sidecar base. `protocol` is all the asynchronous
+against the target; `base_model` loads the profile's sidecar base. `protocol` is all the asynchronous
 `service` knows of a predictor; `specs` writes the recipes of the trained sidecar, the oracle and
 the fault injectors (`oracle`). Training the adapter is `ooospec.training.sidecar`.
 """

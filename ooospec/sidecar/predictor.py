@@ -350,7 +350,7 @@ class SlotPredictor:
 
         ``max_new_tokens`` defaults to the value the adapter was evaluated with.
         """
-        from ooospec.sidecar.base import load_sidecar_base
+        from ooospec.sidecar.base_model import load_sidecar_base
         from ooospec.models.adapters import load_frozen_adapter, read_frozen
 
         record = read_frozen(adapter_dir)
@@ -374,7 +374,7 @@ class SlotWavePredictor:
                  required_values: bool = REQUIRED_VALUES):
         if base_only:  # ablation: the same base, layer cut and prompts, without the adapter
             from ooospec.models.adapters import read_frozen
-            from ooospec.sidecar.base import load_sidecar_base
+            from ooospec.sidecar.base_model import load_sidecar_base
 
             record = read_frozen(Path(adapter_dir))
             model, tokenizer = load_sidecar_base(profile, record["num_layers"])

@@ -251,7 +251,7 @@ def load_base(cfg: SidecarConfig) -> tuple[torch.nn.Module, Any, dict[str, Any]]
 
         model, tokenizer = tiny_model_and_tokenizer(seed=cfg.lora.get("seed", 0))
         return model, tokenizer, {"model": "tiny random llama (smoke)", "num_layers": model.config.num_hidden_layers}
-    from ooospec.sidecar.base import load_sidecar_base
+    from ooospec.sidecar.base_model import load_sidecar_base
 
     model, tokenizer = load_sidecar_base(cfg.profile, cfg.num_layers, dtype="float32")  # LoRA training runs in fp32
     loaded = getattr(model, "loaded_from", None)

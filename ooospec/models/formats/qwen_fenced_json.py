@@ -2,8 +2,8 @@
 
 Its chat template asks for ``<tool_call>`` tags, but the model answers with a Markdown code block
 instead (BFCL, ToolAlpaca), and with a one-line JSON object in API-Bank's dialogue context, whose
-earlier assistant turns are plain text. The exact layout of each variant (fence text, indent,
-array layout, unicode escaping) and which benchmark gets which variant is the *frozen
+earlier assistant turns are plain text. The exact form of each layout (fence text, indent,
+array layout, unicode escaping) and which benchmark gets which layout is the *frozen
 rendering*: observed once from the model's own greedy outputs and stored with the evidence in
 ``configs/renderings/qwen_fenced_json.json``, which this module reads, so the rendering and its
 evidence cannot drift apart.
@@ -32,37 +32,37 @@ def frozen_rendering() -> dict[str, Any]:
     """``{"variants": {name: layout}, "variant_by_benchmark": {benchmark|"*": name}}`` from the file."""
     path = configs_dir() / "renderings" / RENDERING_FILE
     data = json.loads(path.read_text(encoding="utf-8"))
-    variants = data.get("variants", {})
-    for name, layout in variants.items():
+    layouts = data.get("variants", {})
+    for name, layout in layouts.items():
         missing = _REQUIRED - set(layout)
         if missing:
             raise ValueError(f"{path}: variants.{name} is missing {sorted(missing)}")
         if layout["multiple_calls"] not in ("one_block_each", "array_in_one_block"):
             raise ValueError(f"{path}: variants.{name}.multiple_calls must be one_block_each or array_in_one_block")
     by_benchmark = data.get("variant_by_benchmark", {})
-    if "*" not in by_benchmark or any(v not in variants for v in by_benchmark.values()):
-        raise ValueError(f"{path}: variant_by_benchmark needs a '*' entry and may name only {sorted(variants)}")
-    return {"variants": variants, "variant_by_benchmark": by_benchmark}
+    if "*" not in by_benchmark or any(v not in layouts for v in by_benchmark.values()):
+        raise ValueError(f"{path}: variant_by_benchmark needs a '*' entry and may name only {sorted(layouts)}")
+    return {"variants": layouts, "variant_by_benchmark": by_benchmark}
 
 
 class QwenFencedJson(SurfaceFormat):
     name = "qwen_fenced_json"
 
-    def __init__(self, variant: str | None = None) -> None:
+    def __init__(self, layout_name: str | None = None) -> None:
         rendering = frozen_rendering()
-        self.variant = variant or rendering["variant_by_benchmark"]["*"]
-        if self.variant not in rendering["variants"]:
-            raise KeyError(f"unknown {self.name} variant {self.variant!r}; known: {sorted(rendering['variants'])}")
-        self.layout = rendering["variants"][self.variant]
+        self.layout_name = layout_name or rendering["variant_by_benchmark"]["*"]
+        if self.layout_name not in rendering["variants"]:
+            raise KeyError(f"unknown {self.name} layout {self.layout_name!r}; known: {sorted(rendering['variants'])}")
+        self.layout = rendering["variants"][self.layout_name]
 
     def for_request(self, request: Request) -> "QwenFencedJson":
         by_benchmark = frozen_rendering()["variant_by_benchmark"]
-        variant = by_benchmark.get(request.benchmark, by_benchmark["*"])
-        return self if variant == self.variant else QwenFencedJson(variant)
+        layout_name = by_benchmark.get(request.benchmark, by_benchmark["*"])
+        return self if layout_name == self.layout_name else QwenFencedJson(layout_name)
 
-    def variants(self, request: Request) -> list["QwenFencedJson"]:
+    def layouts(self, request: Request) -> list["QwenFencedJson"]:
         primary = self.for_request(request)
-        others = [QwenFencedJson(name) for name in frozen_rendering()["variants"] if name != primary.variant]
+        others = [QwenFencedJson(name) for name in frozen_rendering()["variants"] if name != primary.layout_name]
         return [primary, *others]
 
     def _dumps(self, value: Any, level: int = 0) -> str:
@@ -92,11 +92,11 @@ class QwenFencedJson(SurfaceFormat):
         return layout["call_separator"].join(layout["fence_open"] + self._dumps(o) + layout["fence_close"] for o in objects)
 
     def parse(self, text: str) -> list[Call]:
-        """Calls in fenced blocks if there are any, else every JSON call object (either variant)."""
+        """Calls in fenced blocks if there are any, else every JSON call object (either layout)."""
         blocks = _FENCED.findall(text)
         if blocks:
             return [call for block in blocks for call in calls_in_text(block, ("arguments", "parameters"))]
         return calls_in_text(text, ("arguments", "parameters"))
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "variant": self.variant, **self.layout}
+        return {"name": self.name, "variant": self.layout_name, **self.layout}

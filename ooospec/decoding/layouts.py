@@ -3,7 +3,7 @@
 A target does not always write its calls exactly as its frozen rendering: Qwen2.5-Coder answers
 most BFCL and ToolAlpaca requests with its ```json fenced, indented block, but on API-Bank
 dialogues it often writes the bare call object on one line (``{"name": "f", "arguments": {...}}``).
-ToolSpec's FSM likewise accepts several call openers. The variant here is derived from the
+ToolSpec's FSM likewise accepts several call openers. The layout here is derived from the
 frozen rendering itself (the same call object, same keys, without the wrapper text and with
 ``json.dumps`` default spacing), so it still needs nothing hard-coded about any format.
 """
@@ -40,8 +40,8 @@ class BareJsonCall(SurfaceFormat):
         return self.primary.parse(text)
 
 
-def json_variants(surface: SurfaceFormat) -> list[SurfaceFormat]:
-    """Variants worth following for ``surface`` (none when its rendering already is the bare form
+def json_layouts(surface: SurfaceFormat) -> list[SurfaceFormat]:
+    """Layouts worth following for ``surface`` (none when its rendering already is the bare form
     or holds no JSON object)."""
     probe = [Call("f", {"a": 1, "b": "x"})]
     try:
