@@ -346,6 +346,28 @@ def test_tiny_bench_run_writes_lossless_records_and_resumes_per_slice(artifacts)
     assert targets.loads == 2 and redo.exists() and kept.stat().st_mtime_ns == stamp
 
 
+def test_studies_decode_through_the_bench_loop_without_a_stage(artifacts):
+    """`decode_requests` is the runner's own loop for the studies and the lossless test: AR first in
+    the plan, a record per request and method compared with AR, one slice per benchmark (or one
+    named slice), a method's own budget option beside the study's budget; no sidecar, no stage."""
+    from ooospec.bench.runner import StudySettings, decode_requests
+    from ooospec.decoding.tree import TreeBudget
+
+    target = TinyTargets().load("tiny")
+    requests = FILES["apibank"][:2] + FILES["bfcl"][:1]
+    records = decode_requests(target, requests, ["toolspec", "toolspec:budget=4:depth=4"],
+                              StudySettings(max_new_tokens=6, budget=TreeBudget(8, 8), progress=False))
+    assert len(records) == 3 * 3 and all(r["identical_to_ar"] for r in records)
+    assert [r["benchmark"] for r in records[::3]] == ["apibank", "apibank", "bfcl"]
+    budgets = {r["method"]: r["tree_budget"]["max_nodes"] for r in records}
+    assert budgets == {"ar": 8, "toolspec": 8, "toolspec:budget=4:depth=4": 4}
+    one = decode_requests(target, requests, ["toolspec"], StudySettings(max_new_tokens=6, slice_name="dev",
+                                                                        progress=False))
+    assert {r["benchmark"] for r in one} == {"dev"} and not list(artifacts.iterdir())
+    with pytest.raises(ValueError, match="runs no sidecar"):
+        decode_requests(target, requests, ["ooospec"])
+
+
 def test_an_interrupted_slice_leaves_no_file_and_is_redone(artifacts):
     cfg = _config(methods=["toolspec"], warmup=0, targets=["tiny"])
     with pytest.raises(KeyboardInterrupt):  # apibank's 2 requests share one prefill each; bfcl's first fails

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ooospec.data import load_split
-from ooospec.bench.runner import decode_requests
+from ooospec.bench.runner import StudySettings, decode_requests
 from ooospec.bench.sampling import sample_requests
 from ooospec.decoding.tree import TreeBudget
 
@@ -47,8 +47,8 @@ def test_every_method_reproduces_ar(name, total):
         pytest.skip(f"{name}: {err}")
     requests = _slice(target, total)
     assert {r.benchmark for r in requests} == {"apibank", "toolalpaca", "bfcl"}
-    records = decode_requests(target, requests, METHODS, max_new_tokens=MAX_NEW_TOKENS, budget=TreeBudget(16, 16),
-                              progress=False)
+    records = decode_requests(target, requests, METHODS,
+                              StudySettings(max_new_tokens=MAX_NEW_TOKENS, budget=TreeBudget(16, 16), progress=False))
     checked = [r for r in records if r["method"] != "ar"]
     assert len(checked) == len(METHODS) * len(requests) == len(METHODS) * total
     mismatches = [r for r in checked if not r["identical_to_ar"]]

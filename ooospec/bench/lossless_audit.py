@@ -27,7 +27,7 @@ def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int
     """``methods`` against AR in the profile's own arithmetic on ``per_benchmark`` evaluation
     requests of each benchmark, through the bench's loop (`ooospec.bench.runner.decode_requests`);
     a record that differs from AR carries AR's top-2 gap at the first difference."""
-    from ooospec.bench.runner import decode_requests
+    from ooospec.bench.runner import StudySettings, decode_requests
 
     config = {"code": code_fingerprint(*STUDY_CODE, *AUDIT_CODE), "profile": profile, "target": target_name,
               "per_benchmark": per_benchmark, "seed": seed, "max_new_tokens": max_new_tokens, "methods": list(methods)}
@@ -40,7 +40,8 @@ def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int
     requests = [r for b in ("apibank", "toolalpaca", "bfcl")
                 for r in sample_requests(load_split(_split_name(b)), per_benchmark, seed, b)]
     with torch_threads(1):
-        records = decode_requests(target, requests, methods, max_new_tokens=max_new_tokens, seed=seed, progress=progress)
+        records = decode_requests(target, requests, methods,
+                                  StudySettings(max_new_tokens=max_new_tokens, seed=seed, progress=progress))
     for record in records:
         record.update(profile=profile, dtype=dtype)
     tmp = path.with_suffix(".tmp")

@@ -358,33 +358,45 @@ def run_cell(cfg: BenchConfig, target: str, benchmark: str, *, targets: TargetPr
 # ---------------------------------------------------------------- studies: the same loop, no stage
 
 
-def decode_requests(target: Any, requests: Iterable[Request], methods: Iterable[str], *, max_new_tokens: int = 128,
-                    budget: TreeBudget | None = None, seed: int = 0, slice_name: str | None = None,
-                    progress: bool = True) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class StudySettings:
+    """How `decode_requests` decodes: output length, the tree for methods without their own
+    ``budget=``/``depth=`` option (None: the target's default), the seed of the per-request method
+    order, one slice name for every request (None: one slice per benchmark) and a progress bar."""
+
+    max_new_tokens: int = 128
+    budget: TreeBudget | None = None
+    seed: int = 0
+    slice_name: str | None = None
+    progress: bool = True
+
+
+def decode_requests(target: Any, requests: Iterable[Request], methods: Iterable[str],
+                    settings: StudySettings = StudySettings()) -> list[dict[str, Any]]:
     """AR and ``methods`` on ``requests`` with one loaded target: the bench's own per-request loop
     (seeded interleaved order, one shared prefill, every record compared with AR's output of the same
     request), outside any stage and with no sidecar, for the studies and the lossless test.
 
-    Requests are decoded in the order given, as one slice named ``slice_name`` (retrieval remembers
-    the slice's earlier calls), or, without a name, one slice per benchmark of the requests. ``budget`` replaces the target's default tree for methods
-    without a ``budget=``/``depth=`` option of their own. A request the target refuses (empty dialogue,
-    prompt too long) raises ValueError naming it: a study's slice is chosen, never trimmed silently."""
+    Requests are decoded in the order given, as one slice (retrieval remembers the slice's earlier
+    calls) or one per benchmark (`StudySettings.slice_name`). A request the target refuses (empty
+    dialogue, prompt too long) raises ValueError naming it: a study's slice is chosen, never trimmed
+    silently."""
     specs = parse_methods(list(dict.fromkeys(["ar", *methods])))
     if any(spec.uses_sidecar for spec in specs):
         raise ValueError(f"decode_requests runs no sidecar; use run_bench for {[s.name for s in specs if s.uses_sidecar]}")
     cfg = BenchConfig(targets=[target.name], benchmarks=[], methods=[s.name for s in specs], warmup=0,
-                      seed=seed, max_new_tokens=max_new_tokens, pin_cores=False, tree_budget="fixed")
+                      seed=settings.seed, max_new_tokens=settings.max_new_tokens, pin_cores=False, tree_budget="fixed")
     plan = BenchPlan("none", None, specs, {}, [])
     runner = SliceRunner(cfg, plan, target, SidecarPool(cfg, plan, CorePlan(None, None), {}, {}), None)
-    chosen = budget or default_budget(target.name)
+    chosen = settings.budget or default_budget(target.name)
     runner.budget_choice = BudgetChoice(target.name, {"max_nodes": chosen.max_nodes, "max_depth": chosen.max_depth},
                                         "the study's budget")
-    by_benchmark: dict[str, list[Request]] = {}
+    slices: dict[str, list[Request]] = {}
     for request in requests:
-        by_benchmark.setdefault(slice_name or request.benchmark, []).append(request)
+        slices.setdefault(settings.slice_name or request.benchmark, []).append(request)
     records = []
-    for benchmark, chosen_requests in by_benchmark.items():
-        records += runner.run(benchmark, chosen_requests, progress=progress)
+    for name, chosen_requests in slices.items():
+        records += runner.run(name, chosen_requests, progress=settings.progress)
         if runner.failed:
             raise ValueError(f"decode_requests: {target.name} refuses " + "; ".join(
                 f"{f['request_id']} ({f['error']})" for f in runner.failed))

@@ -108,7 +108,7 @@ def measure_acceptance(targets: tuple[str, ...], *, profile: str = "cpu", reques
     Decodes the dev split through the bench's loop (`ooospec.bench.runner.decode_requests`, ToolSpec
     at every budget with its depth limit equal to the budget); MAT is committed tokens after the
     first (which the prefill writes) over target forwards, pooled over requests."""
-    from ooospec.bench.runner import decode_requests
+    from ooospec.bench.runner import StudySettings, decode_requests
     from ooospec.bench.sampling import sample_requests
     from ooospec.bench.targets import cached_target
     from ooospec.data import load_split
@@ -122,7 +122,8 @@ def measure_acceptance(targets: tuple[str, ...], *, profile: str = "cpu", reques
     for target in targets:
         methods = {b: f"toolspec:budget={b}:depth={b}" for b in budgets}
         records = decode_requests(cached_target(target, profile), sample_requests(load_split("dev"), requests, seed, "dev"),
-                                  list(methods.values()), max_new_tokens=max_new_tokens, seed=seed, slice_name="dev")
+                                  list(methods.values()),
+                                  StudySettings(max_new_tokens=max_new_tokens, seed=seed, slice_name="dev"))
         per_budget: dict[str, Any] = {}
         for b in budgets:
             own = [r for r in records if r["method"] == methods[b]]
