@@ -120,7 +120,8 @@ def test_ablation_sources_switch_parts_off_and_budgets_resize():
     assert (control.total_nodes, control.max_depth) == (48, max(room.max_depth, room.hint_depth)) == (48, 32)
     assert MethodSpec.parse("toolspec:depth=32:budget=48").name == HINT_ROOM_CONTROL
     assert HINT_ROOM_ABLATION in ablation_methods([], []) and HINT_ROOM_CONTROL in ablation_methods([], [])
-    assert budget_methods([8]) == ["ar", "toolspec", "ooospec", "toolspec:budget=8", "ooospec:budget=8"]
+    # both methods on one core each: OoO-Spec in the paper's placement, so the budget is the only difference
+    assert budget_methods([8]) == ["ar", "toolspec", "ooospec:static", "toolspec:budget=8", "ooospec:static:budget=8"]
     with pytest.raises(ValueError, match="applies only to"):
         MethodSpec.parse("toolspec:hint_room=8")
 
@@ -214,8 +215,13 @@ def test_speedups_are_means_of_ratios_and_ratios_of_totals():
     assert table.loc["ooospec", "e2e_speedup"] == pytest.approx((20 / 14 + 40 / 20) / 2)
     assert table.loc["ooospec", "mat"] == pytest.approx((10 + 10) / (2 + 5))  # tokens after the first / forwards
     assert table.loc["ooospec", "lossless"] == pytest.approx(0.5)
-    main = main_table(SYNTHETIC).set_index("method")
-    assert main.loc["ooospec", "decode_vs_toolspec"] == pytest.approx((5 / 4 + 10 / 10) / 2)
+    # each OoO-Spec against ToolSpec on its own hardware: static (the paper's placement) against ToolSpec
+    # on one core; elastic against ToolSpec on both cores, which this run lacks (NaN, never one core)
+    static = [r | {"method": "ooospec:static"} if r["method"] == "ooospec" else r for r in SYNTHETIC]
+    main = main_table(SYNTHETIC + [r for r in static if r["method"] == "ooospec:static"]).set_index("method")
+    assert main.loc["ooospec:static", "decode_vs_toolspec"] == pytest.approx((5 / 4 + 10 / 10) / 2)
+    assert main.loc["ooospec:static", "toolspec_cores"] == "one" and main.loc["ooospec", "toolspec_cores"] == "both"
+    assert math.isnan(main.loc["ooospec", "decode_vs_toolspec"])
     assert not main.held_out.any()
 
 
@@ -240,8 +246,9 @@ def test_ablation_findings_are_computed_from_the_table():
 
 
 def test_latency_crossover_interpolates_where_the_hint_stops_paying():
-    records = [fake("ar", "a", 10.0, 20.0), fake("toolspec", "a", 5.0, 15.0), fake("ooospec", "a", 2.5, 12.5),
-               fake("ooospec:delay=1", "a", 4.0, 14.0), fake("ooospec:delay=4", "a", 10.0, 20.0)]
+    records = [fake("ar", "a", 10.0, 20.0), fake("toolspec", "a", 5.0, 15.0), fake("ooospec:static", "a", 2.5, 12.5),
+               fake("ooospec:delay=1:static", "a", 4.0, 14.0), fake("ooospec:delay=4:static", "a", 10.0, 20.0),
+               fake("ooospec", "a", 2.0, 12.0)]  # elastic: not part of the sweep (it runs in the paper's placement)
     sweep = delay_sweep(records)
     assert list(sweep.delay_s) == [0.0, 1.0, 4.0]
     # 5/4 = 1.25 at 1 s, 5/10 = 0.5 at 4 s: crosses 1.0 a third of the way
@@ -381,36 +388,47 @@ def test_an_interrupted_slice_leaves_no_file_and_is_redone(artifacts):
 
 def test_speedup_intervals_and_the_generated_verdict():
     from ooospec.bench.speedups import interval_pivot, speedup_intervals
-    from ooospec.bench.verdict import verdict
+    from ooospec.bench.verdict import Claims, verdict
 
     records = []
-    for i in range(12):  # OoO-Spec 1.25x faster than ToolSpec in the decode phase on every request
+    for i in range(12):  # OoO-Spec (static) 1.25x faster than ToolSpec in the decode phase on every request
         ar_decode = 10.0 + i
         records += [fake("ar", f"r{i}", ar_decode, ar_decode + 5), fake("toolspec", f"r{i}", ar_decode / 2, ar_decode / 2 + 5),
-                    fake("ooospec", f"r{i}", ar_decode / 2.5, ar_decode / 2.5 + 5)]
+                    fake("ooospec:static", f"r{i}", ar_decode / 2.5, ar_decode / 2.5 + 5)]
     intervals = speedup_intervals(records)
-    row = intervals[(intervals.method == "ooospec") & (intervals.phase == "decode")].iloc[0]
+    row = intervals[(intervals.method == "ooospec:static") & (intervals.phase == "decode")].iloc[0]
     assert row.n == 12 and row.speedup == pytest.approx(2.5) and row.verdict == "faster"
-    assert "2.50x [2.50, 2.50]" in interval_pivot(intervals, "decode").loc[("t", "apibank", 12), "ooospec"]
-    h2h = speedup_intervals(records, reference="toolspec", methods=["ooospec"])
-    decode = h2h[h2h.phase == "decode"].iloc[0]
+    assert "2.50x [2.50, 2.50]" in interval_pivot(intervals, "decode").loc[("t", "apibank", 12), "ooospec:static"]
+    claims = Claims.measure(records)
+    decode = claims.paper[claims.paper.phase == "decode"].iloc[0]
     assert decode.speedup == pytest.approx(1.25) and decode.verdict == "faster"
-    text = verdict(intervals, h2h)
-    assert "OoO-Spec is faster than ToolSpec, 1.25x [1.25, 1.25], n = 12" in text and "1 of 1" in text
+    assert claims.equal_hardware.empty and claims.elastic_gain.empty  # neither elastic nor the control ran
+    text = verdict(claims)
+    assert "OoO-Spec (static) is faster than ToolSpec, 1.25x [1.25, 1.25], n = 12" in text
+    assert "1 of 1 cells in the paper's comparison" in text and "Equal hardware" not in text
     assert "n = 12 of 12 with the same output" in text and "oracle" not in text
-    # with the oracle hint decoded beside it, the verdict names it (and still counts OoO-Spec's cells only)
-    records += [fake("ooospec:oracle", f"r{i}", (10.0 + i) / 4, (10.0 + i) / 4 + 5) for i in range(12)]
-    h2h = speedup_intervals(records, reference="toolspec", methods=["ooospec", "ooospec:oracle"])
-    text = verdict(speedup_intervals(records), h2h)
-    assert "The oracle first-call hint" in text and "not an upper bound" in text and "no sidecar" not in text
-    assert "t / apibank: 2.00x [2.00, 2.00], n = 12 of 12 with the same output (faster)" in text and "1 of 1" in text
+    # the elastic method beside the both-cores control, and the oracle hint: every claim is stated
+    records += [fake("ooospec:oracle:static", f"r{i}", (10.0 + i) / 4, (10.0 + i) / 4 + 5) for i in range(12)]
+    records += [fake("toolspec:both_cores", f"r{i}", (10.0 + i) / 2.2, (10.0 + i) / 2.2 + 4) for i in range(12)]
+    records += [fake("ooospec", f"r{i}", (10.0 + i) / 2.75, (10.0 + i) / 2.75 + 5) for i in range(12)]
+    claims = Claims.measure(records)
+    text = verdict(claims)
+    assert "The oracle first-call hint" in text and "not an upper bound" in text
+    assert "t / apibank: 2.00x [2.00, 2.00], n = 12 of 12 with the same output (faster)" in text
+    assert "OoO-Spec (elastic) is faster than ToolSpec on both cores, 1.25x [1.25, 1.25]" in text
+    assert "elastic over static" in text and "t / apibank: 1.10x [1.10, 1.10]" in text
+    assert "1 of 1 cells in the paper's comparison and 1 of 1 cells on equal hardware" in text
+    pivot = claims.pivot("decode")
+    assert list(pivot.columns) == ["OoO-Spec (static) / ToolSpec", "OoO-Spec (elastic) / ToolSpec on both cores",
+                                   "OoO-Spec elastic / static"]
+    assert pivot.loc[("t", "apibank"), "OoO-Spec elastic / static"] == "1.10x [1.10, 1.10] (n = 12)"
 
 
 def test_speedups_are_over_the_same_work_and_a_near_tie_flip_is_left_out():
     """A request whose output differs from the reference's (a near-tie flip that wrote a much longer
     output) did other work: it leaves the primary ratio and its n, and stays in the all-requests ones."""
     from ooospec.bench.speedups import interval_pivot, speedup_intervals
-    from ooospec.bench.verdict import verdict
+    from ooospec.bench.verdict import Claims, verdict
 
     def out(n: int, flip: bool = False) -> list[int]:
         return [7] * n if not flip else [7, 8] + [9] * (n - 2)
@@ -436,30 +454,31 @@ def test_speedups_are_over_the_same_work_and_a_near_tie_flip_is_left_out():
     assert intervals[intervals.method == "toolspec"].iloc[0].n == 6  # same output on every request
     assert interval_pivot(intervals, "decode").index.get_level_values("n").tolist() == [6]
     # against ToolSpec the same request is left out the same way
-    h2h = speedup_intervals(records, reference="toolspec", methods=["ooospec"], phases=("decode",))
+    static = [r | {"method": "ooospec:static"} if r["method"] == "ooospec" else r for r in records]
+    claims = Claims.measure(static, phases=("decode",))
+    h2h = claims.paper
     assert h2h.iloc[0].n == 5 and h2h.iloc[0].speedup == pytest.approx(sum(ts_s[:5]) / sum(ooo_s[:5]))
-    text = verdict(intervals, h2h, machine="fp32 on a 2-core AVX2 CPU (AMD EPYC)")
+    text = verdict(claims, machine="fp32 on a 2-core AVX2 CPU (AMD EPYC)")
     assert text.splitlines()[0] == "Measured in fp32 on a 2-core AVX2 CPU (AMD EPYC)."
     assert f"{h2h.iloc[0].speedup:.2f}x" in text and "n = 5 of 6 with the same output" in text
-    assert "Measured in" not in verdict(intervals, h2h)
+    assert "Measured in" not in verdict(claims)
 
 
 def test_without_any_request_of_the_same_work_there_is_no_speedup_and_no_verdict():
     from ooospec.bench.intervals import TOO_FEW
     from ooospec.bench.speedups import speedup_intervals
-    from ooospec.bench.verdict import verdict
+    from ooospec.bench.verdict import Claims, verdict
 
     records = []
     for i in range(6):
         records += [fake("ar", f"r{i}", 10.0, 11.0) | {"output_ids": [1, 2]},
                     fake("toolspec", f"r{i}", 5.0, 6.0) | {"output_ids": [1, 2]},
-                    fake("ooospec", f"r{i}", 4.0, 5.0, identical=False) | {"output_ids": [1, 3]}]
+                    fake("ooospec:static", f"r{i}", 4.0, 5.0, identical=False) | {"output_ids": [1, 3]}]
     intervals = speedup_intervals(records, phases=("decode",))
-    row = intervals[intervals.method == "ooospec"].iloc[0]
+    row = intervals[intervals.method == "ooospec:static"].iloc[0]
     assert row.n == 0 and row.n_all == 6 and math.isnan(row.speedup) and math.isnan(row.ci_low)
     assert row.verdict == TOO_FEW and row.speedup_all == pytest.approx(2.5)
-    h2h = speedup_intervals(records, reference="toolspec", methods=["ooospec"], phases=("decode",))
-    assert "no request of 6 with the same output" in verdict(intervals, h2h)
+    assert "no request of 6 with the same output" in verdict(Claims.measure(records, phases=("decode",)))
 
 
 def test_stored_records_without_outputs_are_judged_by_their_flag_against_ar_only():

@@ -173,3 +173,42 @@ def test_trace_records_prefill_and_rounds(model):
     assert times == sorted(times)
     record = result.to_record()
     assert record["forwards"] == 4 and record["tokens"] == 5
+
+
+class _CountingPlacement:
+    """A placement that asks for a chunked prefill and counts its boundaries."""
+
+    def __init__(self, chunk):
+        self.prefill_chunk, self.boundaries = chunk, 0
+
+    def begin(self):
+        pass
+
+    def boundary(self):
+        self.boundaries += 1
+
+    def end(self):
+        pass
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 12, 64])
+def test_a_chunked_prefill_leaves_the_cache_and_first_token_of_one_forward(model, chunk):
+    """A prefill in chunks of ``chunk`` tokens on one cache (a placement may switch between them)
+    writes the same cache, up to fp32 rounding, and the same first token as one forward; decoding
+    from it writes AR's output, and its placement sees one boundary per chunk after the first."""
+    verifier = TreeVerifier(model, [])
+    whole, _ = verifier.prefill(PROMPT)
+    calls = []
+    chunked, _ = verifier.prefill(PROMPT, chunk, lambda: calls.append(1))
+    assert chunked.root == whole.root and chunked.cache_len == whole.cache_len == len(PROMPT)
+    assert len(calls) == -(-len(PROMPT) // chunk) - 1
+    from ooospec.decoding.verifier import _cache_layers
+
+    for a, b in zip(_cache_layers(whole.cache), _cache_layers(chunked.cache)):
+        assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
+    placement = _CountingPlacement(chunk)
+    out = decode(tiny_target(model), [], context(PROMPT), 10, placement=placement)
+    assert out.output_ids == greedy_reference(model, PROMPT, 10)
+    assert placement.boundaries == len(calls) + len(out.rounds)
+    with pytest.raises(ValueError, match="chunk must be >= 1"):
+        verifier.prefill(PROMPT, 0)

@@ -39,7 +39,7 @@ def record(method: str, request: str, benchmark: str, decode_s: float, shared: b
             "identical_to_ar": True, "tokens": tokens, "prefill_s": 2.0, "decode_s": decode_s,
             "total_s": 2.0 + decode_s, "forwards": len([e for e in trace if e["kind"] == "round"]),
             "target_forwards": 1, "mean_tree_size": 8.0, "source_counts": counts, "hint": hint, "trace": trace,
-            "shared_prefill": shared}
+            "shared_prefill": shared, "tree_budget": {"max_nodes": 16, "max_depth": 16}}
 
 
 def synthetic() -> list[dict]:
@@ -59,8 +59,9 @@ def synthetic() -> list[dict]:
                     "wave_start_t": 0.01, "wave_end_t": 1.5, "received_t": 2.0, "wave_s": 1.49, "payload_bytes": 70}
             counts = {"fsm": 1, "hint": 4 if ready is not None else 0, "bonus": 4}
             out.append(record("ooospec", rid, benchmark, 1.9, False, oo_trace, counts, hint))
-            for delay, extra in ((1, 0.5), (4, 2.0)):
-                out.append(record(f"ooospec:delay={delay}", rid, benchmark, 1.9 + extra, False, oo_trace, counts, hint))
+            out.append(record("ooospec:static", rid, benchmark, 2.1, False, oo_trace, counts, hint))
+            for delay, extra in ((1, 0.5), (4, 2.0)):  # the latency sweep runs in the paper's placement
+                out.append(record(f"ooospec:delay={delay}:static", rid, benchmark, 2.1 + extra, False, oo_trace, counts, hint))
             out.append(record("toolspec:budget=8", rid, benchmark, 3.0, True, ts_trace, {"bonus": 6}))
     return out
 
@@ -99,6 +100,25 @@ def test_timeline_needs_prefill_events():
     broken = dict(synthetic()[0], trace=[])
     with pytest.raises(ValueError, match="no prefill events"):
         plots.timeline_segments(broken)
+
+
+def test_elastic_rounds_are_hatched_and_counted():
+    """A round the target ran on both cores carries its thread count into the timeline (drawn
+    hatched) and into the core-use table, with the placement switches of the trace."""
+    from ooospec.bench.timelines import core_use
+
+    records = synthetic()
+    ooo = next(r for r in records if r["method"] == "ooospec")
+    ooo = {**ooo, "trace": [({**e, "threads": 2} if e["kind"] == "round" and e["index"] >= 2 else e) for e in ooo["trace"]]
+           + [{"t": 4.0, "kind": "elastic_cores", "switches": 2, "switch_s": 0.0001}]}
+    segments, _ = plots.timeline_segments(ooo)
+    assert {s.threads for s in segments if s.kind != "prefill"} == {1, 2}
+    fig, ax = plt.subplots()
+    plots.draw_timeline(ax, [ooo])
+    assert any(patch.get_hatch() == "////" for patch in ax.patches)
+    use = core_use([ooo]).iloc[0]
+    assert use["share of rounds on both cores"] == pytest.approx(2 / 4) and use["switches per request"] == 2
+    assert use["us per switch"] == pytest.approx(50.0)
 
 
 def test_every_figure_draws_from_synthetic_records():

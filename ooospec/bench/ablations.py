@@ -10,17 +10,18 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ooospec.bench.hint_tables import hint_table
-from ooospec.bench.methods import MethodSpec
+from ooospec.bench.methods import PAPER_PLACEMENT, MethodSpec
 from ooospec.bench.tables import KEYS, frame, method_table, versus
 
 
 # ablation -> (the method it is compared with, what the comparison shows)
 BASE_LABELS = {"ar": "autoregressive", "pld": "prompt lookup", "toolspec": "ToolSpec (= OoO-Spec, hint off)",
-               "ooospec": "OoO-Spec (full)"}
+               "ooospec": "OoO-Spec (full; elastic: the target borrows the sidecar's idle core)"}
 
 
 ABLATIONS: dict[str, tuple[str, str]] = {
-    "toolspec": ("ooospec", "hint off (= ToolSpec)"),
+    "toolspec": (PAPER_PLACEMENT, "hint off (= ToolSpec)"),
+    PAPER_PLACEMENT: ("ooospec", "the paper's placement: the sidecar's core idles after its wave (static)"),
     "toolspec:no_fsm": ("toolspec", "ToolSpec, FSM off"),
     "toolspec:no_retrieval": ("toolspec", "ToolSpec, retrieval off"),
     "ooospec:no_fsm": ("ooospec", "OoO-Spec, FSM off"),
@@ -34,9 +35,8 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "ooospec:plain_hint": ("ooospec", "hint used as before (no share bound, no gate, no follow)"),
     "ooospec:oracle": ("ooospec", "oracle first-call hint (the target's own first call)"),
     "ooospec:gold": ("ooospec", "gold call as the hint"),
-    "ooospec:shared_core": ("ooospec", "sidecar on the target's core"),
-    "ooospec:in_process": ("ooospec", "sidecar as a thread of the target's process"),
-    "ooospec:elastic": ("ooospec", "target borrows the sidecar's idle core (elastic)"),
+    "ooospec:shared_core": (PAPER_PLACEMENT, "sidecar on the target's core"),
+    "ooospec:in_process": (PAPER_PLACEMENT, "sidecar as a thread of the target's process"),
 }
 
 
@@ -71,14 +71,15 @@ def ablation_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _delayed(spec: MethodSpec) -> bool:
-    """OoO-Spec with injected sidecar latency and nothing else changed (the delay sweep)."""
-    return bool(spec.delay_s) and replace(spec, delay_s=0.0) == MethodSpec("ooospec")
+    """OoO-Spec in the paper's placement with injected sidecar latency and nothing else changed (the
+    delay sweep: compared with ToolSpec on one core, it asks when the hint stops paying)."""
+    return bool(spec.delay_s) and replace(spec, delay_s=0.0) == MethodSpec.parse(PAPER_PLACEMENT)
 
 
 def _sweep_reference(method: str) -> str | None:
     spec = MethodSpec.parse(method)
     if _delayed(spec):
-        return "ooospec"
+        return PAPER_PLACEMENT
     if spec.budget is not None:
         return replace(spec, budget=None).name
     return None
@@ -114,13 +115,14 @@ def ablation_findings(table: pd.DataFrame, records: Iterable[dict[str, Any]] | N
 
 
 def delay_sweep(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """OoO-Spec's speed over ToolSpec per injected sidecar latency (0 = the plain method)."""
+    """OoO-Spec's speed (paper's placement) over ToolSpec on one core per injected sidecar latency
+    (0 = no injected latency)."""
     records = list(records)
     versus_ts = versus(records, "toolspec", by=("method",))
     rows = []
     for row in versus_ts.itertuples():
         spec = MethodSpec.parse(row.method)
-        if spec != MethodSpec("ooospec") and not _delayed(spec):
+        if spec != MethodSpec.parse(PAPER_PLACEMENT) and not _delayed(spec):
             continue
         delay = spec.delay_s
         rows.append({"delay_s": delay, "method": row.method, "decode_vs_toolspec": row.decode_vs_toolspec,
@@ -140,15 +142,19 @@ def crossover(sweep: pd.DataFrame, column: str = "decode_vs_toolspec") -> float 
     return None
 
 
-def budget_sweep(records: Iterable[dict[str, Any]], default_nodes: int = 16) -> pd.DataFrame:
-    """Speedup over AR per tree budget (ratio of total times), for each method base that was swept."""
+def budget_sweep(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """Speedup over AR per tree budget (ratio of total times), for each swept method (``base``: the
+    method without its ``budget=`` option; the unswept method sits at the budget the run chose)."""
+    records = list(records)
     table = method_table(records, by=("method",))
+    nodes = {r["method"]: (r.get("tree_budget") or {}).get("max_nodes") for r in records}
     rows = []
     for row in table.itertuples():
         spec = MethodSpec.parse(row.method)
-        if replace(spec, budget=None) != MethodSpec(spec.base):
+        base = replace(spec, budget=None)
+        if base not in (MethodSpec(spec.base), MethodSpec.parse(PAPER_PLACEMENT)):
             continue
-        rows.append({"base": spec.base, "nodes": spec.budget or default_nodes, "method": row.method,
+        rows.append({"base": base.name, "nodes": spec.budget or nodes.get(row.method), "method": row.method,
                      "decode_speedup": row.decode_speedup_total, "e2e_speedup": row.e2e_speedup_total,
                      "mat": row.mat, "requests": row.requests})
     out = pd.DataFrame(rows, columns=["base", "nodes", "method", "decode_speedup", "e2e_speedup", "mat", "requests"])

@@ -21,7 +21,8 @@ BENCHMARKS = ("apibank", "toolalpaca", "bfcl")
 TUNING_SPLITS = ("dev",)
 
 
-DEFAULT_METHODS = ("ar", "pld", "toolspec", "ooospec")
+# both claims by default: elastic OoO-Spec beside ToolSpec on both cores, the paper's placement beside ToolSpec on one
+DEFAULT_METHODS = ("ar", "pld", "toolspec", "ooospec", "ooospec:static", "toolspec:both_cores")
 
 
 SIDECAR_CHOICES = ("auto", "slot", "oracle", "gold")

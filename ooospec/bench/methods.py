@@ -13,8 +13,13 @@ The bench and the ablations name every method as a string, so a notebook paramet
   (by default it may not, see `ooospec.sidecar.predictor.SlotPredictor`);
 * ``delay=S`` (ooospec): seconds of latency injected after each wave (the latency sweep);
 * ``own_core``, ``shared_core``, ``in_process`` (ooospec): where the sidecar runs;
-* ``elastic`` (ooospec): the target takes the sidecar's core whenever no sidecar job is in flight
-  (`ooospec.bench.placement.ElasticCores`); without it the placement is static, as in the paper;
+* ``static`` (ooospec): the paper's placement, the sidecar's core its own for the whole request. By
+  default the placement is elastic: the target takes the sidecar's core whenever no sidecar job is in
+  flight (`ooospec.bench.placement.ElasticCores`), so its equal-hardware control is ToolSpec on both
+  cores, while ``ooospec:static`` is compared with ToolSpec on one core (the paper's comparison);
+* ``prefill_chunk=N`` (ooospec, elastic): the target's own prefill in forwards of N tokens with a
+  placement boundary between them, so the elastic target can take the sidecar's core inside the
+  prefill once the wave is done;
 * ``both_cores`` (ar, pld, toolspec): the equal-hardware control: the target decodes with two
   threads on both cores (OoO-Spec's target has one core and its sidecar the other), with its own
   prefill on both cores too;
@@ -80,7 +85,8 @@ class MethodSpec:
     nullable: bool = False  # the trained sidecar may answer null for required slots
     delay_s: float = 0.0
     placement: str = "own_core"
-    elastic: bool = False  # the target borrows the sidecar's core while the sidecar is idle
+    static: bool = False  # the sidecar's core stays its own (the paper's placement); default: elastic
+    prefill_chunk: int | None = None  # elastic: prefill in chunks of this many tokens (None: one forward)
     both_cores: bool = False  # the equal-hardware control of a baseline
     budget: int | None = None  # draft nodes; None: the target's default
     depth: int | None = None  # depth limit; None: the target's default
@@ -95,8 +101,10 @@ class MethodSpec:
         allowed = _ALLOWED[self.base]
         if changed - allowed:
             raise ValueError(f"method base {self.base!r} takes no option(s) {sorted(changed - allowed)}")
-        if self.elastic and self.placement != "own_core":
-            raise ValueError("elastic lends the target the sidecar's own core: it needs placement own_core")
+        if self.static and self.placement != "own_core":
+            raise ValueError("static is the own_core placement without lending; other placements never lend the core")
+        if self.prefill_chunk is not None and not self.elastic:
+            raise ValueError("prefill_chunk lets the elastic target switch cores inside its prefill: it needs elastic")
 
     @classmethod
     def parse(cls, text: str) -> "MethodSpec":
@@ -139,8 +147,10 @@ class MethodSpec:
             parts.append(f"delay={self.delay_s:g}")
         if self.placement != "own_core":
             parts.append(self.placement)
-        if self.elastic:
-            parts.append("elastic")
+        if self.static:
+            parts.append("static")
+        if self.prefill_chunk is not None:
+            parts.append(f"prefill_chunk={self.prefill_chunk}")
         if self.both_cores:
             parts.append("both_cores")
         if self.budget is not None:
@@ -154,6 +164,12 @@ class MethodSpec:
         if self.plain_hint:
             parts.append("plain_hint")
         return ":".join(parts)
+
+    @property
+    def elastic(self) -> bool:
+        """The target borrows its sidecar's core while the sidecar is idle: OoO-Spec on its own core,
+        unless ``static``."""
+        return self.base == "ooospec" and self.placement == "own_core" and not self.static
 
     @property
     def uses_sidecar(self) -> bool:
@@ -200,9 +216,9 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key == "nullable" and not value:
         need(("ooospec",))
         return "nullable", True
-    if key == "elastic" and not value:
+    if key == "static" and not value:
         need(("ooospec",))
-        return "elastic", True
+        return "static", True
     if key == "plain_hint" and not value:
         need(("ooospec",))
         return "plain_hint", True
@@ -224,6 +240,9 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key == "depth":
         need(_DRAFTING)
         return "depth", _number(text, option, value, int, minimum=1)
+    if key == "prefill_chunk":
+        need(("ooospec",))
+        return "prefill_chunk", _number(text, option, value, int, minimum=1)
     if key == "hint_room":
         need(("ooospec",))
         return "hint_room", _number(text, option, value, int, minimum=1)
@@ -310,16 +329,23 @@ def ablation_methods(ablations: list[str], delays: list[float]) -> list[str]:
     """The ablations chapter's method list: AR, ToolSpec and OoO-Spec, every ablation, the
     latency sweep and the reserved-room tree with its control. One definition, so notebook 06 and
     `ooospec.bench.sweep` key the same bench stage (the key covers the method list)."""
-    return (["ar", "toolspec", "ooospec"] + list(ablations) + [f"ooospec:delay={d}" for d in delays]
-            + [HINT_ROOM_ABLATION, HINT_ROOM_CONTROL])
+    names = (["ar", "toolspec", "ooospec", PAPER_PLACEMENT] + list(ablations)
+             + [f"{PAPER_PLACEMENT}:delay={d}" for d in delays] + [HINT_ROOM_ABLATION, HINT_ROOM_CONTROL])
+    return [MethodSpec.parse(name).name for name in names]
 
 
 def budget_methods(budgets: list[int]) -> list[str]:
-    """The budget sweep of both methods (run on dev requests: the default budget is chosen there)."""
-    return ["ar", "toolspec", "ooospec"] + [f"{base}:budget={n}" for base in ("toolspec", "ooospec") for n in budgets]
+    """The budget sweep of both methods on one core each (OoO-Spec in the paper's placement, so the
+    budget is the only difference), on dev requests."""
+    names = ["ar", "toolspec", PAPER_PLACEMENT] + [f"{base}:budget={n}" for base in ("toolspec", PAPER_PLACEMENT)
+                                                   for n in budgets]
+    return [MethodSpec.parse(name).name for name in names]
 
+
+# OoO-Spec in the paper's placement (the sidecar's core its own): what is compared with ToolSpec on one core
+PAPER_PLACEMENT = "ooospec:static"
 
 # the tree of earlier versions (ToolSpec's 16 nodes + 32 only the hint may fill, depth 32), and the
 # ToolSpec control that gets the same total room
-HINT_ROOM_ABLATION = "ooospec:hint_room=32"
+HINT_ROOM_ABLATION = "ooospec:static:hint_room=32"
 HINT_ROOM_CONTROL = "toolspec:budget=48:depth=32"

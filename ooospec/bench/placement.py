@@ -58,10 +58,13 @@ def pinned_cores(threads: int, pin: bool) -> Iterator[CorePlan]:
 class ElasticCores(CorePlacement):
     """The target on both cores (``2 * threads``) while ``service`` is idle, on its own core
     (``threads``) while a sidecar job is in flight. Reading the service's state never waits (a
-    zero-timeout drain of its result queue). ``switches`` and ``switch_s`` say what the switching cost."""
+    zero-timeout drain of its result queue). ``switches`` and ``switch_s`` say what the switching cost.
+    With ``prefill_chunk`` the target's own prefill runs in chunks with a boundary between them, so
+    the switch can happen inside the prefill, where the sidecar's wave usually ends."""
 
-    def __init__(self, service: SidecarService, cores: CorePlan, threads: int = 1):
+    def __init__(self, service: SidecarService, cores: CorePlan, threads: int = 1, prefill_chunk: int | None = None):
         self.service, self.cores, self.threads = service, cores, threads
+        self.prefill_chunk = prefill_chunk
         self.wide = False
         self.switches, self.switch_s = 0, 0.0
 

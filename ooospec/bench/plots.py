@@ -123,6 +123,7 @@ class Segment:
     start: float
     end: float
     kind: str  # prefill | a draft source | bonus | queue | wave | transfer
+    threads: int = 1  # torch threads the target's forward ran with (elastic placement: 2 on both cores)
 
 
 @dataclass
@@ -157,7 +158,7 @@ def timeline_segments(record: dict[str, Any], lane: str | None = None) -> tuple[
         span = (end - previous) / len(credits)
         cursor = previous
         for source, count in _runs(credits):
-            segments.append(Segment(lane, cursor, cursor + span * count, source))
+            segments.append(Segment(lane, cursor, cursor + span * count, source, event.get("threads", 1)))
             cursor += span * count
         previous = end
     marks: list[Mark] = []
@@ -198,7 +199,9 @@ def draw_timeline(ax: plt.Axes, records: list[dict[str, Any]], title: str = "") 
     y = {lane: i for i, lane in enumerate(lanes)}
     for s in segments:
         color = SOURCE_COLORS.get(s.kind) or PHASE_COLORS.get(s.kind, "black")
-        ax.barh(y[s.lane], max(s.end - s.start, 1e-4), left=s.start, height=0.6, color=color, edgecolor="none")
+        both = s.threads > 1  # hatched: the round ran on both cores (the elastic target borrowed the sidecar's)
+        ax.barh(y[s.lane], max(s.end - s.start, 1e-4), left=s.start, height=0.6, color=color,
+                edgecolor="white" if both else "none", hatch="////" if both else None, linewidth=0)
     for mark in marks:
         ax.axvline(mark.t, color="#d62728", lw=1.2, ls=":")
         ax.annotate(mark.label, (mark.t, y[mark.lane] + 0.38), fontsize=9, color="#d62728",
@@ -215,7 +218,9 @@ def timeline_legend(fig: Figure) -> None:
     handles += [Patch(color=SOURCE_COLORS[s], label=f"round: {SOURCE_LABELS[s]}") for s in SOURCE_COLORS]
     handles += [Patch(color=PHASE_COLORS["queue"], label="sidecar: submitted, not started"),
                 Patch(color=PHASE_COLORS["wave"], label="sidecar: slot wave"),
-                Patch(color=PHASE_COLORS["transfer"], label="sidecar: done, until a boundary polls (incl. injected delay)")]
+                Patch(color=PHASE_COLORS["transfer"], label="sidecar: done, until a boundary polls (incl. injected delay)"),
+                Patch(facecolor="#bbbbbb", edgecolor="white", hatch="////",
+                      label="hatched round: the target on both cores (elastic)")]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
 
 

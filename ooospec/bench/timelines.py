@@ -49,3 +49,34 @@ def timeline_groups(records: Iterable[dict[str, Any]], method: str = "ooospec") 
         for category, record in pick_timelines(own, method).items():
             groups[f"{target}: {category}"] = [r for r in (reference_record(own, record), record) if r is not None]
     return groups
+
+
+def core_use(records: Iterable[dict[str, Any]]) -> "pd.DataFrame":
+    """Per target x benchmark x OoO-Spec method: the share of verify rounds the target ran on both
+    cores (an elastic target borrows the sidecar's core while the sidecar is idle; a static one never
+    does), and the placement switches per request with their mean cost (the ``elastic_cores`` trace
+    event)."""
+    import pandas as pd
+
+    rows = []
+    for r in records:
+        if r["method_base"] != "ooospec":
+            continue
+        threads = [e.get("threads", 1) for e in r.get("trace", []) if e["kind"] == "round"]
+        switch = next((e for e in r.get("trace", []) if e["kind"] == "elastic_cores"), None)
+        rows.append({"target": r["target"], "benchmark": r["benchmark"], "method": r["method"],
+                     "rounds": len(threads), "on both cores": sum(t > 1 for t in threads),
+                     "switches": switch["switches"] if switch else 0,
+                     "switch_s": switch["switch_s"] if switch else 0.0})
+    if not rows:
+        return pd.DataFrame(columns=["target", "benchmark", "method", "requests", "share of rounds on both cores",
+                                     "switches per request", "us per switch"])
+    df = pd.DataFrame(rows)
+    out = df.groupby(["target", "benchmark", "method"], sort=False).agg(
+        requests=("rounds", "size"), rounds=("rounds", "sum"), both=("on both cores", "sum"),
+        switches=("switches", "sum"), switch_s=("switch_s", "sum")).reset_index()
+    out["share of rounds on both cores"] = out.both / out.rounds.clip(lower=1)
+    out["switches per request"] = out.switches / out.requests
+    out["us per switch"] = (out.switch_s / out.switches.clip(lower=1)) * 1e6
+    return out[["target", "benchmark", "method", "requests", "share of rounds on both cores", "switches per request",
+                "us per switch"]]

@@ -1,36 +1,92 @@
 """The results chapter's verdict, written from the run's own same-work numbers, and the table that
-sets the trained sidecar beside the oracle first-call hint."""
+sets the trained sidecar beside the oracle first-call hint.
+
+Two claims, each on its own hardware:
+
+* **the paper's comparison**: OoO-Spec in the paper's placement (``ooospec:static``: the target on
+  one core, the sidecar on the other, whose core stays its own) against ToolSpec on one core;
+* **equal hardware**: OoO-Spec as this artifact runs it by default (``ooospec``, elastic: the target
+  borrows the sidecar's core whenever the sidecar is idle) against ToolSpec with its target on both
+  cores (``toolspec:both_cores``).
+
+Elastic over static says what lending the idle core gains.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Iterable
+
 import pandas as pd
 
-from ooospec.bench.speedups import PHASE_LABELS
+from ooospec.bench.methods import PAPER_PLACEMENT
+from ooospec.bench.speedups import PHASE_LABELS, speedup_intervals
+
+ELASTIC = "ooospec"
+BOTH_CORES_CONTROL = "toolspec:both_cores"
+# the oracle first-call hint, in the placement of the trained method it is set beside
+CEILING_METHOD = "ooospec:oracle:static"
+# (method, reference, what the ratio is called)
+CLAIMS = {
+    "paper": (PAPER_PLACEMENT, "toolspec", "OoO-Spec (static) / ToolSpec"),
+    "equal_hardware": (ELASTIC, BOTH_CORES_CONTROL, "OoO-Spec (elastic) / ToolSpec on both cores"),
+    "elastic_gain": (ELASTIC, PAPER_PLACEMENT, "OoO-Spec elastic / static"),
+}
 
 
-CEILING_METHOD = "ooospec:oracle"
+@dataclass
+class Claims:
+    """The same-work intervals the verdict reads (`speedup_intervals`); a claim whose methods did
+    not run has no rows."""
+
+    over_ar: pd.DataFrame  # every method over AR
+    paper: pd.DataFrame  # the paper's placement (and the oracle hint in it) over ToolSpec on one core
+    equal_hardware: pd.DataFrame  # elastic OoO-Spec over ToolSpec on both cores
+    elastic_gain: pd.DataFrame  # elastic over static OoO-Spec
+
+    @classmethod
+    def measure(cls, records: Iterable[dict[str, Any]], phases: tuple[str, ...] = ("decode", "total")) -> "Claims":
+        records = list(records)
+        paper, equal, gain = CLAIMS["paper"], CLAIMS["equal_hardware"], CLAIMS["elastic_gain"]
+        return cls(speedup_intervals(records, phases=phases),
+                   speedup_intervals(records, reference=paper[1], methods=[paper[0], CEILING_METHOD], phases=phases),
+                   speedup_intervals(records, reference=equal[1], methods=[equal[0]], phases=phases),
+                   speedup_intervals(records, reference=gain[1], methods=[gain[0]], phases=phases))
+
+    def pivot(self, phase: str = "decode") -> pd.DataFrame:
+        """One row per target x benchmark, one column per claim: ``1.18x [1.07, 1.27] (n = 28)``."""
+        columns = []
+        for name, (method, _, label) in CLAIMS.items():
+            rows = getattr(self, name)
+            rows = rows[(rows.phase == PHASE_LABELS.get(phase, phase)) & (rows.method == method)]
+            columns.append(pd.Series({(r.target, r.benchmark): same_work(r, short=True) for r in rows.itertuples()},
+                                     name=label, dtype=object))
+        table = pd.concat(columns, axis=1)
+        if not table.empty:
+            table.index.names = ["target", "benchmark"]
+        return table
 
 
-def ceiling_table(head_to_head: pd.DataFrame, agreement: pd.DataFrame, aim: float = 1.35,
+def ceiling_table(paper: pd.DataFrame, agreement: pd.DataFrame, aim: float = 1.35,
                   phase: str = "decode") -> pd.DataFrame:
-    """OoO-Spec with its trained sidecar next to the oracle first-call hint, per target x benchmark:
-    both over ToolSpec in ``phase`` (`speedup [95% interval]` on the same work, `speedup_intervals`),
-    the share of AR outputs that hold a call (`hint_agreement`), and what the oracle hint says of
-    ``aim``.
+    """OoO-Spec with its trained sidecar next to the oracle first-call hint, both in the paper's
+    placement, per target x benchmark: both over ToolSpec on one core in ``phase`` (`speedup [95%
+    interval]` on the same work, `Claims.paper`), the share of AR outputs that hold a call
+    (`hint_agreement`), and what the oracle hint says of ``aim``.
 
-    The oracle first-call hint is ``ooospec:oracle``: the target's own first call, re-rendered,
+    The oracle first-call hint (`CEILING_METHOD`) is the target's own first call, re-rendered,
     ready at once and merged through the same path as the trained sidecar's: what a perfect
     first-call prediction at no latency gives. It is not an upper bound on every possible hint: one
     that also followed later calls or changed the merge could do better. Where even its interval
     lies below ``aim``, a better-trained first-call sidecar is not expected to reach the aim on this
     target and hardware."""
-    cells = head_to_head[head_to_head.phase == PHASE_LABELS.get(phase, phase)]
+    cells = paper[paper.phase == PHASE_LABELS.get(phase, phase)]
     rows = []
     for (target, benchmark), group in cells.groupby(["target", "benchmark"], sort=False):
         by_method = group.set_index("method")
-        if not {"ooospec", CEILING_METHOD} <= set(by_method.index):
+        if not {PAPER_PLACEMENT, CEILING_METHOD} <= set(by_method.index):
             continue
-        trained, oracle = by_method.loc["ooospec"], by_method.loc[CEILING_METHOD]
+        trained, oracle = by_method.loc[PAPER_PLACEMENT], by_method.loc[CEILING_METHOD]
         wrote = (agreement.loc[(target, benchmark), "target wrote a call"]
                  if (target, benchmark) in agreement.index else float("nan"))
         if oracle.ci_high < aim:
@@ -48,55 +104,76 @@ def ceiling_table(head_to_head: pd.DataFrame, agreement: pd.DataFrame, aim: floa
     return pd.DataFrame(rows).set_index(["target", "benchmark"]) if rows else pd.DataFrame()
 
 
-def same_work(row: pd.Series) -> str:
+def same_work(row: Any, short: bool = False) -> str:
     """``1.28x [1.13, 1.50], n = 28 of 30 with the same output``: a row of `speedup_intervals` as a
-    phrase that says which requests the ratio is over."""
-    n_all = int(row.get("n_all", row.n))
+    phrase that says which requests the ratio is over (``short``: ``1.28x [1.13, 1.50] (n = 28)``)."""
+    n_all = int(getattr(row, "n_all", row.n))
     if not row.n:
         return f"no request of {n_all} with the same output"
+    if short:
+        return f"{row.speedup:.2f}x [{row.ci_low:.2f}, {row.ci_high:.2f}] (n = {int(row.n)})"
     return f"{row.speedup:.2f}x [{row.ci_low:.2f}, {row.ci_high:.2f}], n = {int(row.n)} of {n_all} with the same output"
 
 
-def verdict(intervals: pd.DataFrame, head_to_head: pd.DataFrame, phase: str = "decode",
-            control: pd.DataFrame | None = None, machine: str | None = None) -> str:
-    """The results in a few sentences, written from the run's own numbers (markdown).
+_WORDS = {"faster": "faster than", "slower": "slower than", "no difference shown": "not distinguishable from"}
 
-    Per target x benchmark: OoO-Spec over ToolSpec and both over AR, each the ratio of total times
-    over the same work (the requests whose output equals the reference's, `speedup_intervals`) with
-    its 95% interval and n; "faster" only where the interval excludes 1. ``machine`` (e.g. "fp32 on
-    a 2-core AVX2 CPU") opens the text, since every time in it belongs to that hardware."""
+
+def _compared(rows: pd.DataFrame, subject: str, reference: str, over_ar: pd.DataFrame) -> list[str]:
+    """One line per cell: ``subject`` is faster / slower / not distinguishable from ``reference``."""
     from ooospec.bench.intervals import MIN_REQUESTS, TOO_FEW
 
+    def over(row: Any, method: str) -> str:
+        cell = over_ar[(over_ar.target == row.target) & (over_ar.benchmark == row.benchmark) & (over_ar.method == method)]
+        return "n/a" if cell.empty else same_work(cell.iloc[0])
+
+    lines = []
+    for row in rows.itertuples():
+        word = _WORDS.get(row.verdict, f"not judged (n < {MIN_REQUESTS}) against" if row.verdict == TOO_FEW else row.verdict)
+        lines.append(f"* {row.target} / {row.benchmark}: {subject} is {word} {reference}, {same_work(row)} "
+                     f"(over AR: {over(row, row.method)}; the reference {over(row, row.vs)}).")
+    return lines
+
+
+def verdict(claims: Claims, phase: str = "decode", machine: str | None = None) -> str:
+    """The results in a few sentences, written from the run's own numbers (markdown).
+
+    Per target x benchmark and claim (module docstring): the ratio of total times over the same work
+    (the requests whose output equals the reference's) with its 95% interval and n; "faster" only
+    where the interval excludes 1. ``machine`` (e.g. "fp32 on a 2-core AVX2 CPU") opens the text,
+    since every time in it belongs to that hardware."""
     label = "decode phase" if phase == "decode" else "end to end"
+    shown = PHASE_LABELS.get(phase, phase)
+
+    def rows(table: pd.DataFrame, method: str) -> pd.DataFrame:
+        return table[(table.phase == shown) & (table.method == method)]
+
+    over_ar = claims.over_ar[claims.over_ar.phase == shown]
     lines = [f"Measured in {machine}.", ""] if machine else []
     lines.append(f"**Verdict ({label}; speedup = ratio of total times over the same work, i.e. the requests whose "
                  "output equals the reference's, [95% paired bootstrap interval], n of the paired requests).**")
-    h2h = head_to_head[(head_to_head.phase == phase) & (head_to_head.method == "ooospec")]
-    ivs = intervals[intervals.phase == phase]
-    for _, row in h2h.iterrows():
-        def over_ar(method: str) -> str:
-            cell = ivs[(ivs.target == row.target) & (ivs.benchmark == row.benchmark) & (ivs.method == method)]
-            return "n/a" if cell.empty else same_work(cell.iloc[0])
-
-        word = {"faster": "faster than", "slower": "slower than", "no difference shown": "not distinguishable from",
-                TOO_FEW: f"not judged (n < {MIN_REQUESTS}) against"}[row.verdict]
-        lines.append(f"* {row.target} / {row.benchmark}: OoO-Spec is {word} ToolSpec, {same_work(row)} "
-                     f"(over AR: OoO-Spec {over_ar('ooospec')}; ToolSpec {over_ar('toolspec')}).")
-    if control is not None and not control.empty:
-        lines.append("\nEqual hardware (ToolSpec's target on both cores, two threads, against OoO-Spec's target on "
-                     "one core and its sidecar on the other):")
-        for _, row in control[(control.phase == phase) & (control.method == "ooospec")].iterrows():
-            lines.append(f"* {row.target} / {row.benchmark}: OoO-Spec over ToolSpec on both cores "
-                         f"{same_work(row)} ({row.verdict}).")
-    oracle = head_to_head[(head_to_head.phase == phase) & (head_to_head.method == CEILING_METHOD)]
-    if not oracle.empty:
-        lines.append("\nThe oracle first-call hint (`ooospec:oracle`: the target's own first call, re-rendered, ready "
-                     "at once and merged through the same path; not an upper bound on every possible hint, since one "
-                     "that also followed later calls or changed the merge could do better), over ToolSpec:")
-        for _, row in oracle.iterrows():
-            lines.append(f"* {row.target} / {row.benchmark}: {same_work(row)} ({row.verdict}).")
-    faster = int((h2h.verdict == "faster").sum())
-    lines.append(f"\nOoO-Spec beats ToolSpec on the same work with an interval above 1 in {faster} of {len(h2h)} "
-                 "target x benchmark cells here. The paper claims it in all 21 of its cells (GPUs, 4B-32B targets, a "
-                 "sidecar trained on ~9,700 teacher-traced requests); the differences chapter says what differs.")
+    paper, equal = rows(claims.paper, PAPER_PLACEMENT), rows(claims.equal_hardware, ELASTIC)
+    if len(paper):
+        lines.append("\nThe paper's comparison: OoO-Spec in the paper's placement (target on one core, the sidecar on "
+                     "the other, its core its own: `ooospec:static`) against ToolSpec on one core:")
+        lines += _compared(paper, "OoO-Spec (static)", "ToolSpec", over_ar)
+    if len(equal):
+        lines.append("\nEqual hardware: OoO-Spec as run by default (`ooospec`, elastic: the target borrows the "
+                     "sidecar's core whenever the sidecar is idle) against ToolSpec with its target on both cores:")
+        lines += _compared(equal, "OoO-Spec (elastic)", "ToolSpec on both cores", over_ar)
+    gain = rows(claims.elastic_gain, ELASTIC)
+    if len(gain):
+        lines.append("\nWhat lending the idle core gains, OoO-Spec elastic over static:")
+        lines += [f"* {row.target} / {row.benchmark}: {same_work(row)} ({row.verdict})." for row in gain.itertuples()]
+    oracle = rows(claims.paper, CEILING_METHOD)
+    if len(oracle):
+        lines.append("\nThe oracle first-call hint (`ooospec:oracle:static`: the target's own first call, re-rendered, "
+                     "ready at once and merged through the same path; not an upper bound on every possible hint, since "
+                     "one that also followed later calls or changed the merge could do better), over ToolSpec on one core:")
+        lines += [f"* {row.target} / {row.benchmark}: {same_work(row)} ({row.verdict})." for row in oracle.itertuples()]
+    counts = [f"{int((table.verdict == 'faster').sum())} of {len(table)} cells {name}"
+              for table, name in ((paper, "in the paper's comparison"), (equal, "on equal hardware")) if len(table)]
+    if counts:
+        lines.append(f"\nOoO-Spec beats ToolSpec on the same work with an interval above 1 in {' and '.join(counts)} "
+                     "here. The paper claims it in all 21 of its cells (GPUs, 4B-32B targets, a sidecar trained on "
+                     "~9,700 teacher-traced requests, its own device); the differences chapter says what differs.")
     return "\n".join(lines)

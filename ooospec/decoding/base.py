@@ -148,11 +148,15 @@ class CorePlacement:
     caller set (the static one); `ooospec.bench.placement.ElasticCores` lends the target the
     sidecar's core while the sidecar has nothing to compute."""
 
+    # prefill in forwards of this many tokens, `boundary` before each but the first, so a placement
+    # can change inside the prefill; None: one forward (a placement that never changes gains nothing)
+    prefill_chunk: int | None = None
+
     def begin(self) -> None:
         """A request arrives."""
 
     def boundary(self) -> None:
-        """A verify round is about to run."""
+        """A verify round, or the next chunk of a chunked prefill, is about to run."""
 
     def end(self) -> None:
         """The request is done: leave the placement as `begin` found it."""

@@ -46,9 +46,14 @@ class Prefill:
     prompt_ids: list[int]
 
     @classmethod
-    def measure(cls, verifier: TreeVerifier, prompt_ids: list[int]) -> "Prefill":
+    def measure(cls, verifier: TreeVerifier, prompt_ids: list[int],
+                placement: CorePlacement | None = None) -> "Prefill":
+        """Time one prefill; in chunks where ``placement`` asks for them (`CorePlacement.prefill_chunk`)."""
         start = time.perf_counter()
-        state, margin = verifier.prefill(prompt_ids)
+        if placement is not None and placement.prefill_chunk:
+            state, margin = verifier.prefill(prompt_ids, placement.prefill_chunk, placement.boundary)
+        else:
+            state, margin = verifier.prefill(prompt_ids)
         return cls(state, time.perf_counter() - start, margin, list(prompt_ids))
 
 
@@ -194,7 +199,7 @@ def _decode(target: TargetModel, sources: list[DraftSource], request: Request | 
         source.begin(ctx)
     setup_s = time.perf_counter() - start
 
-    own = _prefill(verifier, ctx, prefill)
+    own = _prefill(verifier, ctx, prefill, placement)
     decode_start = time.perf_counter()
     state = DecodeState(ctx)
     state.commit([own.state.root])
@@ -242,16 +247,17 @@ def _within_context(budget: TreeBudget, context: int | None, root_position: int)
     return replace(budget, max_depth=min(budget.max_depth, depth), hint_depth=min(budget.hint_depth, depth))
 
 
-def _prefill(verifier: TreeVerifier, ctx: DecodeContext, shared: Prefill | None) -> Prefill:
-    """This request's own prefill, or a private copy of a shared one of the same prompt."""
-    ctx.trace.emit("prefill_start", prompt_tokens=len(ctx.prompt_ids))
+def _prefill(verifier: TreeVerifier, ctx: DecodeContext, shared: Prefill | None, placement: CorePlacement) -> Prefill:
+    """This request's own prefill (chunked where the placement asks), or a private copy of a shared
+    one of the same prompt."""
+    ctx.trace.emit("prefill_start", prompt_tokens=len(ctx.prompt_ids), chunk=placement.prefill_chunk)
     if shared is None:
-        own = Prefill.measure(verifier, ctx.prompt_ids)
+        own = Prefill.measure(verifier, ctx.prompt_ids, placement)
     elif shared.prompt_ids != list(ctx.prompt_ids):
         raise ValueError(f"request {ctx.request.id}: the shared prefill is of another prompt")
     else:
         own = Prefill(shared.state.clone(), shared.seconds, shared.margin, shared.prompt_ids)
-    ctx.trace.emit("prefill_end", first_token=own.state.root)
+    ctx.trace.emit("prefill_end", first_token=own.state.root, threads=torch.get_num_threads())
     return own
 
 

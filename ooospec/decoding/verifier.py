@@ -20,7 +20,7 @@ import copy
 import inspect
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -135,14 +135,24 @@ class TreeVerifier:
         return out.logits[0]
 
     @torch.no_grad()
-    def prefill(self, prompt_ids: list[int]) -> tuple[VerifierState, float | None]:
+    def prefill(self, prompt_ids: list[int], chunk: int | None = None,
+                between: Callable[[], None] | None = None) -> tuple[VerifierState, float | None]:
         """Run the prompt, returning the state (its root is the first output token) and that
-        token's top-2 gap."""
+        token's top-2 gap. With ``chunk``, the prompt runs in forwards of ``chunk`` tokens on one
+        cache, ``between`` called before every one but the first (a placement may change there);
+        the cache and first token are those of one forward up to the arithmetic's rounding."""
         if not prompt_ids:
             raise ValueError("prefill needs a non-empty prompt")
+        if chunk is not None and chunk < 1:
+            raise ValueError(f"prefill chunk must be >= 1, got {chunk}")
         cache = DynamicCache(config=self.config)
         kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
-        logits = self._forward(list(prompt_ids), cache=cache, **kwargs)[-1]
+        ids = list(prompt_ids)
+        size = chunk or len(ids)
+        for start in range(0, len(ids), size):
+            if start and between is not None:
+                between()
+            logits = self._forward(ids[start:start + size], cache=cache, **kwargs)[-1]
         for layer in _cache_layers(cache):
             if self.dense_cache and layer.is_initialized:  # the prefill leaves transposed views
                 _make_dense(layer)
