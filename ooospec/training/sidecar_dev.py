@@ -273,3 +273,16 @@ def value_case_lines(table: "pd.DataFrame") -> list[str]:
                      f"{int(counts[VALUE_CASES[1]])} are the sidecar's own misses; in {departs} the target departs "
                      f"from gold ({int(counts[VALUE_CASES[2]])} of them with the sidecar writing gold's value).")
     return lines
+
+
+SCORE_LABELS = {"requests": "n", "function_index_accuracy": "function index", "argument_exact_match": "arguments",
+                "argument_value_exact_match": "argument values", "whole_call_exact_match": "whole call",
+                "null_precision": "null precision", "null_recall": "null recall", "mean_payload_bytes": "payload B",
+                "median_wave_latency_s": "wave s", "final_loss": "final loss", "train_min": "train min",
+                "parse_rate": "parses", "valid_call_rate": "valid call", "name_match_rate": "name match",
+                "exact_match_rate": "exact match", "mean_generate_s": "generate s", "completion_nll": "completion NLL"}
+
+
+def readable(table: "pd.DataFrame", digits: int = 3) -> "pd.DataFrame":
+    """A score table at page width: its metric columns under short names (`SCORE_LABELS`), rounded."""
+    return table.rename(columns=SCORE_LABELS).round(digits)
