@@ -130,7 +130,7 @@ def _compared(rows: pd.DataFrame, subject: str, reference: str, over_ar: pd.Data
     for row in rows.itertuples():
         word = _WORDS.get(row.verdict, f"not judged (n < {MIN_REQUESTS}) against" if row.verdict == TOO_FEW else row.verdict)
         lines.append(f"* {row.target} / {row.benchmark}: {subject} is {word} {reference}, {same_work(row)} "
-                     f"(over AR: {over(row, row.method)}; the reference {over(row, row.vs)}).")
+                     f"(over AR: {subject} {over(row, row.method)}; {reference} {over(row, row.vs)}).")
     return lines
 
 
