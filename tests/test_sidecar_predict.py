@@ -273,3 +273,38 @@ def test_required_values_has_one_default_the_served_one():
     assert REQUIRED_VALUES is True
     for hop in (SlotPredictor.__init__, SlotPredictor.from_frozen, SlotWavePredictor.__init__, slot_sidecar):
         assert inspect.signature(hop).parameters["required_values"].default is REQUIRED_VALUES, hop
+
+
+def test_a_calls_prompt_adapter_trains_in_sessions_and_is_served_with_its_own_prompt(tmp_path, monkeypatch):
+    """The prompt that shows earlier calls goes through the stage like any other: a session that
+    stops early returns None and the next resumes; the frozen record carries the prompt, and the
+    served predictor rebuilds exactly the training prefix (earlier call included)."""
+    from dataclasses import asdict
+
+    from ooospec.sidecar.slots import SlotPromptConfig, request_prefix
+
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+
+    def with_history(rid, city):
+        req = request(rid, city)
+        req.messages = [{"role": "user", "content": f"weather in {city}, and the time there?"},
+                        {"role": "assistant", "content": "", "tool_calls": [
+                            {"type": "function", "function": {"name": "get_time", "arguments": {"zone": "CET"}}}]},
+                        {"role": "tool", "name": "get_time", "content": "10:00"}]
+        return req
+
+    splits = {"train": [with_history(f"t{i}", c) for i, c in enumerate(["Paris", "Oslo", "Rome"])],
+              "dev": [with_history("d0", "Bern")]}
+    prompt = SlotPromptConfig(dialogue="calls")
+    cfg = SidecarConfig(base="tiny", calls="gold", train_requests=3, dev_requests=None, max_new_tokens=4,
+                        prompt=prompt.to_dict(),
+                        lora=LoraTrainConfig(lr=1e-3, checkpoint_every=1, step_completion_tokens=8).to_dict())
+    assert train_sidecar(cfg, requests=splits, progress=lambda _: None, stop_after=1) is None
+    run = train_sidecar(cfg, requests=splits, progress=lambda _: None)
+    assert run.reused is None and run.record["train"]["steps"] == run.record["train"]["planned_steps"] > 1
+    assert run.record["prompt"] == prompt.to_dict() and run.record["config"] == asdict(cfg)
+    served = SlotPredictor(*tiny_model_and_tokenizer(seed=0), SlotPromptConfig(**run.record["prompt"]),
+                           required_values=False)
+    prefix = request_prefix(splits["dev"][0], prompt)
+    assert 'assistant call: {"name":"get_time","arguments":{"zone":"CET"}}' in prefix
+    assert served.prefix_ids(splits["dev"][0]) == encode(served.tokenizer, prefix)

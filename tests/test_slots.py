@@ -148,3 +148,72 @@ def test_a_properties_list_names_the_tool_and_the_field():
     bad = {"name": "book_hotel", "parameters": {"type": "object", "properties": [{"name": "city"}]}}
     with pytest.raises(ToolSchemaError, match=r"tool 'book_hotel': parameters.properties must map"):
         tool_parameters(bad)
+
+
+def dialogue_with_history(request_text: str = "Find a dentist near me who accepts my insurance.") -> Request:
+    """A user request followed by four call/result rounds: eight turns, two more than the window."""
+    messages = [{"role": "system", "content": "The current time is 2034-06-22 10:00:00."},
+                {"role": "user", "content": request_text}]
+    for n in range(4):
+        messages += [{"role": "assistant", "content": "", "tool_calls": [
+                         {"type": "function", "function": {"name": "get_weather", "arguments": {"city": f"C{n}"}}}]},
+                     {"role": "tool", "name": "get_weather", "content": "sunny " * 100}]
+    return Request("history", "test", "train", messages, TOOLS, [Call("get_weather", {"city": "Köln"})])
+
+
+def test_calls_prompt_shows_earlier_calls_and_always_the_request():
+    """`dialogue="calls"`: earlier calls in the payload's compact form, tool results clipped first,
+    the latest user turn kept whole even where the window has moved past it. The committed
+    adapters' prompt (`"content"`) shows neither."""
+    long_request = "Find a dentist near me who accepts my insurance. " * 20  # over max_message_chars
+    request = dialogue_with_history(long_request)
+    today = request_prefix(request, SlotPromptConfig())
+    assert "Find a dentist" not in today and "call" not in today.split("Dialogue:")[1]
+    assert today.count("assistant: \n") == 3  # calls render as empty turns
+    cfg = SlotPromptConfig(dialogue="calls")
+    dialogue = request_prefix(request, cfg).split("Dialogue:\n")[1].splitlines()
+    assert dialogue[0] == "system: The current time is 2034-06-22 10:00:00."
+    assert dialogue[1] == "user: " + " ".join(long_request.split())  # first of the window, whole
+    assert len(dialogue) == 1 + 6  # the window keeps its size: the request took the oldest place
+    assert 'assistant call: {"name":"get_weather","arguments":{"city":"C3"}}' in dialogue
+    tool_lines = [line for line in dialogue if line.startswith("tool get_weather: ")]
+    assert len(tool_lines) == 3 and all(len(line) == len("tool get_weather: ") + cfg.max_tool_chars for line in tool_lines)
+    # arguments given as a JSON string (OpenAI's wire form) read the same
+    request.messages[-2]["tool_calls"][0]["function"]["arguments"] = '{"city": "C3"}'
+    assert 'assistant call: {"name":"get_weather","arguments":{"city":"C3"}}' in request_prefix(request, cfg)
+
+
+def test_calls_prompt_leaves_short_dialogues_alone_but_for_the_calls():
+    request = make_request()  # system + one user turn: both prompts agree
+    assert request_prefix(request, SlotPromptConfig(dialogue="calls")) == request_prefix(request, SlotPromptConfig())
+
+
+def test_prompt_config_keys_stay_put_for_the_committed_adapters():
+    """The committed adapters' records hold the prompt dict without the new fields; their configs
+    (and keys) must not move, and a record round-trips into the same config."""
+    assert set(SlotPromptConfig().to_dict()) == {"max_function_desc", "max_param_desc", "max_enum_values",
+                                                 "max_system_chars", "max_message_chars", "max_messages"}
+    calls = SlotPromptConfig(dialogue="calls")
+    assert SlotPromptConfig(**calls.to_dict()) == calls and calls.to_dict()["dialogue"] == "calls"
+    with pytest.raises(ValueError, match="dialogue must be one of"):
+        SlotPromptConfig(dialogue="everything")
+    from ooospec.training.sidecar import PRESETS
+
+    assert PRESETS["calls"].committed_name == "sidecar-cpu-kall-calls"
+    assert PRESETS["calls"].key() != PRESETS["teacher"].key()
+    assert {k: v for k, v in PRESETS["calls"].key_config().items() if k != "prompt"} == \
+        {k: v for k, v in PRESETS["teacher"].key_config().items() if k != "prompt"}  # the same recipe
+
+
+def test_dialogue_coverage_on_the_dev_split():
+    """On real dev requests: the committed prompt shows no earlier call and drops the request of
+    some; the calls prompt shows the calls of every request that has them and drops no request."""
+    from ooospec.data import load_split
+    from ooospec.sidecar.slots import dialogue_coverage
+
+    dev = load_split("dev")
+    today = dialogue_coverage(dev, SlotPromptConfig())
+    calls = dialogue_coverage(dev, SlotPromptConfig(dialogue="calls"))
+    assert today.with_earlier_calls > 0 and today.earlier_calls_shown == 0 and today.request_turn_dropped > 0
+    assert calls.earlier_calls_shown == calls.with_earlier_calls == today.with_earlier_calls
+    assert calls.request_turn_dropped == 0

@@ -15,7 +15,7 @@ prefix-sharing predictor see exactly the same token ids (see :func:`encode_row`)
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from ooospec.data.request import Call, Request
@@ -33,12 +33,24 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+CONTENT_DIALOGUE = "content"
+CALLS_DIALOGUE = "calls"
+DIALOGUES = (CONTENT_DIALOGUE, CALLS_DIALOGUE)
+
+
 @dataclass(frozen=True)
 class SlotPromptConfig:
-    """Character budgets of the compact sidecar prompt.
+    """Character budgets of the compact sidecar prompt, and how it writes the dialogue.
 
     Prompt length is the sidecar's CPU cost, so descriptions are clipped; the numbers are part of
     the adapter's config (a different prompt needs a different adapter).
+
+    ``dialogue`` says what a turn shows. ``"content"`` (every committed adapter): each turn's text,
+    the last ``max_messages`` turns; an assistant turn that made calls shows as an empty line and
+    the user's request can fall out of the window. ``"calls"``: earlier calls in the compact form
+    the sidecar itself predicts, tool results clipped to ``max_tool_chars``, and the latest user turn
+    always kept, whole (`render_dialogue`). ``dialogue`` and ``max_tool_chars`` stay out of
+    `to_dict` under ``"content"``, so the committed adapters keep their config keys.
     """
 
     max_function_desc: int = 100
@@ -47,9 +59,20 @@ class SlotPromptConfig:
     max_system_chars: int = 300
     max_message_chars: int = 600
     max_messages: int = 6
+    dialogue: str = CONTENT_DIALOGUE
+    max_tool_chars: int = 200
+
+    def __post_init__(self) -> None:
+        if self.dialogue not in DIALOGUES:
+            raise ValueError(f"SlotPromptConfig.dialogue must be one of {DIALOGUES}, got {self.dialogue!r}")
+        if self.max_messages < 1:
+            raise ValueError(f"SlotPromptConfig.max_messages must be at least 1, got {self.max_messages}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.dialogue == CONTENT_DIALOGUE:
+            del out["dialogue"], out["max_tool_chars"]
+        return out
 
 
 @dataclass
@@ -144,18 +167,96 @@ def render_tools(tools: list[dict[str, Any]], cfg: SlotPromptConfig) -> str:
 
 
 def render_dialogue(messages: list[dict[str, Any]], cfg: SlotPromptConfig) -> str:
-    """The last few turns, clipped; the system text keeps task facts such as the current date."""
-    lines = []
-    system = [m for m in messages if m.get("role") == "system"]
-    turns = [m for m in messages if m.get("role") != "system"][-cfg.max_messages :]
-    for message in system[:1]:
-        lines.append(f"system: {_clip(message.get('content') or '', cfg.max_system_chars)}")
-    for message in turns:
-        content = message.get("content") or ""
-        if not isinstance(content, str):
-            content = compact_json(content)
-        lines.append(f"{message.get('role', 'user')}: {_clip(content, cfg.max_message_chars)}")
+    """The system text (it keeps task facts such as the current date), then the last few turns."""
+    lines = [f"system: {_clip(m.get('content') or '', cfg.max_system_chars)}"
+             for m in messages if m.get("role") == "system"][:1]
+    turns = [m for m in messages if m.get("role") != "system"]
+    if cfg.dialogue == CONTENT_DIALOGUE:
+        lines += [_content_line(m, cfg.max_message_chars) for m in turns[-cfg.max_messages:]]
+    else:
+        lines += [line for index in kept_turns(turns, cfg.max_messages) for line in _turn_lines(turns, index, cfg)]
     return "\n".join(lines)
+
+
+def _content_line(message: dict[str, Any], limit: int) -> str:
+    content = message.get("content") or ""
+    if not isinstance(content, str):
+        content = compact_json(content)
+    return f"{message.get('role', 'user')}: {_clip(content, limit)}"
+
+
+def latest_user_turn(turns: list[dict[str, Any]]) -> int | None:
+    """Index of the last user turn: the request the next call answers."""
+    return next((i for i in range(len(turns) - 1, -1, -1) if turns[i].get("role") == "user"), None)
+
+
+def kept_turns(turns: list[dict[str, Any]], max_messages: int) -> list[int]:
+    """The turns a ``"calls"`` prompt shows: the last ``max_messages``, of which the latest user
+    turn is always one (it takes the oldest place when the window has moved past it)."""
+    window = list(range(max(len(turns) - max_messages, 0), len(turns)))
+    user = latest_user_turn(turns)
+    if user is None or user in window:
+        return window
+    return [user] + window[1:]
+
+
+def earlier_calls(message: dict[str, Any]) -> list[Call]:
+    """The calls of an assistant ``tool_calls`` turn (arguments as given, a JSON string parsed)."""
+    calls = []
+    for tool_call in message.get("tool_calls") or []:
+        function = tool_call.get("function", tool_call)
+        arguments = function.get("arguments") or {}
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                arguments = {"_raw": arguments}
+        calls.append(Call(str(function.get("name", "")), arguments if isinstance(arguments, dict) else {}))
+    return calls
+
+
+def _turn_lines(turns: list[dict[str, Any]], index: int, cfg: SlotPromptConfig) -> list[str]:
+    """One turn of a ``"calls"`` prompt: the request whole, tool results clipped hardest, every
+    earlier call on its own line in the payload's compact form."""
+    message = turns[index]
+    role = message.get("role", "user")
+    if role == "tool":
+        name = message.get("name")
+        return [_content_line({**message, "role": f"tool {name}" if name else "tool"}, cfg.max_tool_chars)]
+    if role == "user" and index == latest_user_turn(turns):
+        return [f"user: {' '.join(str(message.get('content') or '').split())}"]
+    calls = earlier_calls(message) if role == "assistant" else []
+    text = message.get("content") or ""
+    lines = [_content_line(message, cfg.max_message_chars)] if text or not calls else []
+    return lines + [f"{role} call: {call.compact()}" for call in calls]
+
+
+@dataclass(frozen=True)
+class DialogueCoverage:
+    """What a prompt config shows of a set of requests' dialogues: how many requests hold earlier
+    calls and how many of those show at least one in the prompt, and how many prompts leave out
+    the latest user turn (the request itself)."""
+
+    requests: int
+    with_earlier_calls: int
+    earlier_calls_shown: int
+    request_turn_dropped: int
+
+
+def dialogue_coverage(requests: Iterable[Request], cfg: SlotPromptConfig) -> DialogueCoverage:
+    """Count, per `DialogueCoverage` field, over ``requests`` rendered with ``cfg``."""
+    total = with_calls = shown = dropped = 0
+    for request in requests:
+        turns = [m for m in request.messages if m.get("role") != "system"]
+        kept = (kept_turns(turns, cfg.max_messages) if cfg.dialogue == CALLS_DIALOGUE
+                else list(range(max(len(turns) - cfg.max_messages, 0), len(turns))))
+        calls_at = [i for i, m in enumerate(turns) if m.get("role") == "assistant" and m.get("tool_calls")]
+        user = latest_user_turn(turns)
+        total += 1
+        with_calls += bool(calls_at)
+        shown += cfg.dialogue == CALLS_DIALOGUE and any(i in kept for i in calls_at)
+        dropped += user is not None and user not in kept
+    return DialogueCoverage(total, with_calls, shown, dropped)
 
 
 def request_prefix(request: Request, cfg: SlotPromptConfig = SlotPromptConfig()) -> str:

@@ -27,7 +27,7 @@ from ooospec.data.request import Request
 from ooospec.paths import artifacts_dir, shown
 from ooospec.sidecar.metrics import score_to_dict, score_wave, summarize
 from ooospec.sidecar.predictor import SlotPredictor, encode
-from ooospec.sidecar.slots import SlotPromptConfig, SlotRow, request_prefix
+from ooospec.sidecar.slots import CALLS_DIALOGUE, SlotPromptConfig, SlotRow, request_prefix
 from ooospec.training.slot_rows import (CallSelection, build_rows, calls_from_gold, calls_from_traces, row_counts,
                                         write_rows)
 from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, config_key
@@ -86,7 +86,8 @@ class SidecarConfig:
         layers = "all" if self.num_layers is None else self.num_layers
         traces = ("" if self.teacher_requests == TRACES_BEFORE_OPTION
                   else f"-traces{'all' if self.teacher_requests is None else self.teacher_requests}")
-        return f"sidecar-{self.profile}-k{layers}" + traces + ("-pass2" if self.init_from else "")
+        dialogue = "-calls" if self.prompt.get("dialogue") == CALLS_DIALOGUE else ""
+        return f"sidecar-{self.profile}-k{layers}" + traces + dialogue + ("-pass2" if self.init_from else "")
 
 
 def committed_adapters_dir() -> Path:
@@ -340,12 +341,15 @@ def check_frozen(cfg: SidecarConfig) -> None:
 
 
 def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None = None,
-                  force: bool = False, progress: Callable[[str], None] = print, retrain: bool = False) -> AdapterRun:
+                  force: bool = False, progress: Callable[[str], None] = print, retrain: bool = False,
+                  stop_after: int | None = None) -> AdapterRun | None:
     """Build rows, train, evaluate on dev, freeze; or reuse a finished adapter of the same config.
 
     ``requests`` ({"train": [...], "dev": [...]}) replaces the data splits (tests). A committed
     preset's adapter is a frozen asset: it is never retrained as a side effect (`check_frozen`),
-    only with ``retrain`` (or ``force``).
+    only with ``retrain`` (or ``force``). ``stop_after``: end this session after that many
+    optimizer steps (checkpointed in the stage; the next call resumes there) and return None
+    while the adapter is unfinished.
     """
     if not force:
         found = find_finished(cfg)
@@ -387,7 +391,12 @@ def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None 
         start = start_adapter(cfg.init_from)
         load_lora_weights(model, start.adapter_dir, lora)
         progress(f"sidecar: starting from {shown(start.adapter_dir)} (sha256 {start.record['sha256'][:12]})")
-    result = train_lora(model, train_examples, lora, tokenizer.pad_token_id, work_dir=stage.dir, desc="sidecar lora")
+    result = train_lora(model, train_examples, lora, tokenizer.pad_token_id, work_dir=stage.dir, desc="sidecar lora",
+                        stop_after=stop_after)
+    if not result.finished:
+        progress(f"sidecar: stopped after step {result.steps} of {result.planned_steps}; "
+                 f"the next run resumes from {shown(stage.path('checkpoint.pt'))}")
+        return None
     save_loss_curve(result.loss_log, stage.path("loss.json"), stage.path("loss.png"),
                     f"sidecar LoRA ({base_info['num_layers']} layers)")
     record = {
@@ -448,6 +457,11 @@ PASS2_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "init_from": "sidecar-cp
 # gold stand-ins; one pass from a fresh LoRA, as in the paper
 SCALE_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "train_requests": None, "teacher_requests": None})
 
+# the paper's recipe (one pass, as `teacher`) with the prompt that shows earlier calls and always
+# keeps the user's request (`SlotPromptConfig.dialogue`). The rule that decides, fixed before it
+# was trained, is on the differences page ("The committed sidecar adapters").
+CALLS_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "prompt": SlotPromptConfig(dialogue=CALLS_DIALOGUE).to_dict()})
+
 # Which preset is `full`, and the dev comparisons that chose it, are in the book (differences page,
 # "The committed sidecar adapters"); every committed adapter's record holds its own dev metrics.
 PRESETS = {
@@ -455,6 +469,7 @@ PRESETS = {
     "pass2": PASS2_RECIPE,
     "teacher": PAPER_RECIPE,  # one pass (committed too: the second pass starts from it)
     "scale": SCALE_RECIPE,  # every committed trace (committed beside `full`)
+    "calls": CALLS_RECIPE,  # `teacher` with earlier calls and the request always in the prompt (not committed)
     "gold200": SidecarConfig(calls="gold"),  # the gold calls of 200 requests, fp32
     # a retrain that fits the cpu profile's 30-minute budget together with teacher and tool LoRA
     "budget": SidecarConfig(train_requests=40, dev_requests=20),
@@ -493,3 +508,23 @@ def split_row_counts(cfg: SidecarConfig, splits: dict[str, list[Request]] | None
         counts[split] = {**row_counts(build_rows(requests, selection, prompt)), "origin": origin,
                          "dropped": dict(selection.dropped)}
     return counts
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Train (or reuse) a sidecar preset's LoRA adapter; resumable.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--retrain", action="store_true", help="train even where the preset's adapter is frozen")
+    parser.add_argument("--stop-after", type=int, default=None,
+                        help="end this session after N optimizer steps (the next run resumes)")
+    args = parser.parse_args()
+    run = train_sidecar(sidecar_config(args.preset, profile=args.profile), retrain=args.retrain,
+                        stop_after=args.stop_after)
+    if run is not None:
+        print(json.dumps({"adapter": shown(run.adapter_dir), "dev_metrics": run.dev_metrics}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

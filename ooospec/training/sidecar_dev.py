@@ -20,7 +20,7 @@ from ooospec.data.request import Call, Request
 from ooospec.models.adapters import read_frozen
 from ooospec.progress import progress_bar
 from ooospec.sidecar.metrics import score_to_dict, score_wave
-from ooospec.sidecar.slots import compact_json
+from ooospec.sidecar.slots import CALLS_DIALOGUE, SlotPromptConfig, compact_json, dialogue_coverage
 from ooospec.training.slot_rows import calls_from_gold
 from ooospec.stage import Stage, append_jsonl, done_ids, read_jsonl
 from ooospec.training.lora import AdapterRun
@@ -281,6 +281,27 @@ SCORE_LABELS = {"requests": "n", "function_index_accuracy": "function index", "a
                 "median_wave_latency_s": "wave s", "final_loss": "final loss", "train_min": "train min",
                 "parse_rate": "parses", "valid_call_rate": "valid call", "name_match_rate": "name match",
                 "exact_match_rate": "exact match", "mean_generate_s": "generate s", "completion_nll": "completion NLL"}
+
+
+def dialogue_table(served_prompt: dict[str, Any], splits: tuple[str, ...] = ("train", "dev")) -> "pd.DataFrame":
+    """What the served adapter's prompt shows of each split's dialogues, beside the prompt that
+    shows earlier calls and always the request (``dialogue="calls"``, the `calls` preset's):
+    requests holding earlier calls, those whose prompt shows one, and those whose prompt leaves
+    out the latest user turn."""
+    import pandas as pd
+
+    prompts = {"served adapter's prompt": SlotPromptConfig(**served_prompt),
+               "calls prompt": SlotPromptConfig(**{**served_prompt, "dialogue": CALLS_DIALOGUE})}
+    rows = []
+    for split in splits:
+        requests = load_requests(split)
+        for name, prompt in prompts.items():
+            coverage = dialogue_coverage(requests, prompt)
+            rows.append({"split": split, "prompt": name, "requests": coverage.requests,
+                         "with earlier calls": coverage.with_earlier_calls,
+                         "earlier calls shown": coverage.earlier_calls_shown,
+                         "request left out": coverage.request_turn_dropped})
+    return pd.DataFrame(rows).set_index(["split", "prompt"])
 
 
 def readable(table: "pd.DataFrame", digits: int = 3) -> "pd.DataFrame":
