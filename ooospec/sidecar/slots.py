@@ -172,9 +172,10 @@ def render_dialogue(messages: list[dict[str, Any]], cfg: SlotPromptConfig) -> st
              for m in messages if m.get("role") == "system"][:1]
     turns = [m for m in messages if m.get("role") != "system"]
     if cfg.dialogue == CONTENT_DIALOGUE:
-        lines += [_content_line(m, cfg.max_message_chars) for m in turns[-cfg.max_messages:]]
+        lines += [_content_line(turns[i], cfg.max_message_chars) for i in shown_turns(turns, cfg)]
     else:
-        lines += [line for index in kept_turns(turns, cfg.max_messages) for line in _turn_lines(turns, index, cfg)]
+        request = latest_user_turn(turns)
+        lines += [line for i in shown_turns(turns, cfg) for line in _turn_lines(turns[i], i == request, cfg)]
     return "\n".join(lines)
 
 
@@ -190,12 +191,13 @@ def latest_user_turn(turns: list[dict[str, Any]]) -> int | None:
     return next((i for i in range(len(turns) - 1, -1, -1) if turns[i].get("role") == "user"), None)
 
 
-def kept_turns(turns: list[dict[str, Any]], max_messages: int) -> list[int]:
-    """The turns a ``"calls"`` prompt shows: the last ``max_messages``, of which the latest user
-    turn is always one (it takes the oldest place when the window has moved past it)."""
-    window = list(range(max(len(turns) - max_messages, 0), len(turns)))
+def shown_turns(turns: list[dict[str, Any]], cfg: SlotPromptConfig) -> list[int]:
+    """Indices of the (non-system) turns a prompt shows: the last ``max_messages``; under
+    ``"calls"`` the latest user turn is always one of them (it takes the oldest place when the
+    window has moved past it)."""
+    window = list(range(max(len(turns) - cfg.max_messages, 0), len(turns)))
     user = latest_user_turn(turns)
-    if user is None or user in window:
+    if cfg.dialogue == CONTENT_DIALOGUE or user is None or user in window:
         return window
     return [user] + window[1:]
 
@@ -215,15 +217,14 @@ def earlier_calls(message: dict[str, Any]) -> list[Call]:
     return calls
 
 
-def _turn_lines(turns: list[dict[str, Any]], index: int, cfg: SlotPromptConfig) -> list[str]:
+def _turn_lines(message: dict[str, Any], is_request: bool, cfg: SlotPromptConfig) -> list[str]:
     """One turn of a ``"calls"`` prompt: the request whole, tool results clipped hardest, every
     earlier call on its own line in the payload's compact form."""
-    message = turns[index]
     role = message.get("role", "user")
     if role == "tool":
         name = message.get("name")
         return [_content_line({**message, "role": f"tool {name}" if name else "tool"}, cfg.max_tool_chars)]
-    if role == "user" and index == latest_user_turn(turns):
+    if is_request:
         return [f"user: {' '.join(str(message.get('content') or '').split())}"]
     calls = earlier_calls(message) if role == "assistant" else []
     text = message.get("content") or ""
@@ -248,8 +249,7 @@ def dialogue_coverage(requests: Iterable[Request], cfg: SlotPromptConfig) -> Dia
     total = with_calls = shown = dropped = 0
     for request in requests:
         turns = [m for m in request.messages if m.get("role") != "system"]
-        kept = (kept_turns(turns, cfg.max_messages) if cfg.dialogue == CALLS_DIALOGUE
-                else list(range(max(len(turns) - cfg.max_messages, 0), len(turns))))
+        kept = shown_turns(turns, cfg)
         calls_at = [i for i, m in enumerate(turns) if m.get("role") == "assistant" and m.get("tool_calls")]
         user = latest_user_turn(turns)
         total += 1
