@@ -40,6 +40,7 @@ from weather_requests import weather_requests
     ("pld:budget=8", "pld:budget=8"),
     ("toolspec:both_cores:budget=8", "toolspec:both_cores:budget=8"),
     ("ooospec:plain_hint:oracle", "ooospec:oracle:plain_hint"),
+    ("ooospec:every_wave:static", "ooospec:static:every_wave"),
 ])
 def test_method_names_are_canonical_and_round_trip(text, canonical):
     spec = MethodSpec.parse(text)
@@ -72,12 +73,17 @@ def test_plain_hint_is_the_earlier_hint_use():
     assert method_budget(MethodSpec.parse("ooospec:hint_room=32"), "qwen2.5-coder-0.5b").hint_share is None
     bank_now, bank_plain = method_sources(now, service=object())[0], method_sources(plain, service=object())[0]
     assert (bank_now.gate, bank_now.follow) == (True, True) and (bank_plain.gate, bank_plain.follow) == (False, False)
+    # the wave gate is its own option: on unless every_wave (or blocking, which is never late)
+    assert bank_now.wave_gate is not None and bank_plain.wave_gate is not None
+    assert method_sources(MethodSpec.parse("ooospec:every_wave"), service=object())[0].wave_gate is None
+    assert method_sources(MethodSpec.parse("ooospec:blocking"), service=object())[0].wave_gate is None
 
 
 @pytest.mark.parametrize("text, message", [
     ("eagle3", "unknown base"),
     ("ar:no_fsm", "applies only to"),
     ("toolspec:blocking", "applies only to"),
+    ("toolspec:every_wave", "applies only to"),
     ("ooospec:delay=soon", "needs a float"),
     ("ooospec:delay=-1", "must be >="),
     ("ooospec:oracle:gold", "conflicts"),
@@ -233,6 +239,26 @@ def test_hint_table_counts_arrivals_shares_and_bytes():
     assert row["payload_bytes"] == pytest.approx(80)
     assert row["wave_over_ar_total"] == pytest.approx(2.0 / 20.0)
     assert arrival_bucket(5, None) == "boundary 4+" and arrival_bucket(None, "payload is not JSON") == "rejected"
+    assert arrival_bucket(None, "wave skipped: the last 2 waves were still out when their requests finished") == "wave skipped"
+
+
+def test_the_wave_gate_table_sets_the_gate_beside_its_control():
+    from ooospec.bench.ablations import wave_gate_table
+
+    skipped = {"submitted": False, "ready_round": None, "error": "wave skipped: the last 2 waves were still out"}
+    late = {"submitted": True, "ready_round": None, "error": "hint not ready before the request finished"}
+    records = []
+    for i, request in enumerate("abcd"):
+        records += [fake("ar", request, 10.0, 20.0), fake("toolspec", request, 5.0, 15.0),
+                    fake("ooospec:static", request, 5.0, 15.0, hint=late if i < 2 else skipped),
+                    fake("ooospec:static:every_wave", request, 6.0, 16.0, hint=late)]
+    table = wave_gate_table(records).set_index(["method", "vs"])
+    gate = table.loc[("ooospec:static", "ooospec:static:every_wave")]
+    assert gate.speedup == pytest.approx(24 / 20) and gate.n == 4
+    assert (gate["waves submitted"], gate["waves skipped"], gate["hints in time"]) == (2, 2, 0)
+    assert table.loc[("ooospec:static:every_wave", "toolspec")].speedup == pytest.approx(20 / 24)
+    assert table.loc[("ooospec:static:every_wave", "toolspec"), "waves skipped"] == 0
+    assert ("ooospec", "toolspec:both_cores") not in table.index  # neither ran: no row
 
 
 def test_ablation_findings_are_computed_from_the_table():

@@ -195,7 +195,8 @@ class _CountingPlacement:
 def test_a_chunked_prefill_leaves_the_cache_and_first_token_of_one_forward(model, chunk):
     """A prefill in chunks of ``chunk`` tokens on one cache (a placement may switch between them)
     writes the same cache, up to fp32 rounding, and the same first token as one forward; decoding
-    from it writes AR's output, and its placement sees one boundary per chunk after the first."""
+    from it writes AR's output, and its placement sees one boundary before the prefill, one per chunk
+    after the first and one per round."""
     verifier = TreeVerifier(model, [])
     whole, _ = verifier.prefill(PROMPT)
     calls = []
@@ -209,6 +210,6 @@ def test_a_chunked_prefill_leaves_the_cache_and_first_token_of_one_forward(model
     placement = _CountingPlacement(chunk)
     out = decode(tiny_target(model), [], context(PROMPT), 10, placement=placement)
     assert out.output_ids == greedy_reference(model, PROMPT, 10)
-    assert placement.boundaries == len(calls) + len(out.rounds)
+    assert placement.boundaries == 1 + len(calls) + len(out.rounds)
     with pytest.raises(ValueError, match="chunk must be >= 1"):
         verifier.prefill(PROMPT, 0)

@@ -317,9 +317,16 @@ def test_elastic_cores_follow_the_sidecar_and_keep_the_output(tiny, tokenizer):
         assert torch.get_num_threads() == 1  # given back at the end
         assert out.output_ids == ar.output_ids
         threads = [r.threads for r in out.rounds]
-        assert threads == [1, 1, 1] + [2] * (len(threads) - 3)
+        # asked before the prefill (busy: one thread) and before each round
+        assert out.trace.of_kind("prefill_end")[0]["threads"] == 1
+        assert threads == [1, 1] + [2] * (len(threads) - 2)
         assert elastic.switches == 2 and elastic.switch_s > 0  # widened once, narrowed at the end
         assert [e["threads"] for e in out.trace.of_kind("round")] == threads
+        # no job in flight when the sources have begun (a skipped wave): the prefill runs wide too
+        idle = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), 12,
+                      placement=ElasticCores(_BusyFor(0), CorePlan(None, None), threads=1))
+        assert idle.trace.of_kind("prefill_end")[0]["threads"] == 2 and {r.threads for r in idle.rounds} == {2}
+        assert idle.output_ids == ar.output_ids and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 
@@ -352,3 +359,45 @@ def test_the_hint_still_proposes_inside_a_call_of_an_unknown_function(tokenizer)
     state = DecodeState(bank.ctx)
     state.commit(tokenizer.encode(invented + "\nThat is all.", add_special_tokens=False))
     assert bank.propose(state) == []
+
+
+def test_the_wave_gate_backs_off_while_waves_come_late():
+    from ooospec.decoding.wave_gate import WaveGate
+
+    gate, submitted = WaveGate(late_run=2, first_skip=2), []
+    outcomes = iter([False, False, False, True, True])  # late, late, a late probe, then in time
+    for _ in range(12):
+        submitted.append(gate.submit())
+        if submitted[-1]:
+            gate.record(next(outcomes, True))
+    # two late waves close it for two requests; the late probe closes it for four; in time opens it
+    assert submitted == [True, True, False, False, True, False, False, False, False, True, True, True]
+    with pytest.raises(ValueError, match="late_run"):
+        WaveGate(late_run=0)
+
+
+def test_a_late_sidecar_loses_its_waves_not_the_output(tiny, tokenizer):
+    """A sidecar whose hint is never ready before the request finishes: after two such requests the
+    bank skips the next waves (never submitted, said in the trace), and every output is AR's; the
+    control (`every_wave`) submits every wave."""
+    from ooospec.decoding.out_of_order import ooospec_sources
+
+    requests = [_request(f"r{i}") for i in range(5)]
+    ar = decode(tiny_target(tiny, tokenizer), [], _ctx(requests[0], tokenizer, None), max_new_tokens=8)
+    calls = {r.id: {"name": "get_weather", "arguments": {"city": "Paris"}} for r in requests}
+    surface = FixedText(HINT)
+    with SidecarService(oracle_sidecar(calls, wave_s=0.8), placement="thread") as service:
+        for every_wave, expected in ((False, [True, True, False, False, True]), (True, [True] * 5)):
+            bank, toolspec = ooospec_sources(service, every_wave=every_wave)
+            assert (bank.wave_gate is None) == every_wave
+            submitted = []
+            for request in requests:
+                out = decode(tiny_target(tiny, tokenizer), [bank, toolspec], _ctx(request, tokenizer, surface),
+                             max_new_tokens=8, budget=TreeBudget(8, 8))
+                service.wait_idle()
+                kinds = [e["kind"] for e in out.trace.events]
+                submitted.append(bank.stats.submitted)
+                assert ("sidecar_submit" in kinds) == bank.stats.submitted != ("sidecar_skipped" in kinds)
+                assert out.output_ids == ar.output_ids
+                assert bank.stats.error.startswith("hint not ready" if bank.stats.submitted else "wave skipped")
+            assert submitted == expected

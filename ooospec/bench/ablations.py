@@ -4,6 +4,7 @@ sweep and its crossover with ToolSpec, and the tree-budget sweep."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import replace
 from typing import Any, Iterable
 
@@ -160,3 +161,36 @@ def budget_sweep(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=["base", "nodes", "method", "decode_speedup", "e2e_speedup", "mat", "requests"])
     swept = {b for b, m in zip(out.base, out.method) if MethodSpec.parse(m).budget is not None}
     return out[out.base.isin(swept)].sort_values(["base", "nodes"])
+
+
+# (method, reference): the gate against its control, and each against the ToolSpec on its cores
+WAVE_GATE_PAIRS = (("ooospec:static", "ooospec:static:every_wave"), ("ooospec", "ooospec:every_wave"),
+                   ("ooospec:static", "toolspec"), ("ooospec:static:every_wave", "toolspec"),
+                   ("ooospec", "toolspec:both_cores"), ("ooospec:every_wave", "toolspec:both_cores"))
+
+
+def wave_gate_table(records: Iterable[dict[str, Any]], phase: str = "decode") -> pd.DataFrame:
+    """What the wave gate changes (`ooospec.decoding.wave_gate`), per target and benchmark: each
+    comparison of `WAVE_GATE_PAIRS` in ``phase`` on the same work (ratio of totals, paired bootstrap
+    95% interval), and for the method, how many of its waves were submitted, skipped by the gate and
+    in time (the hint read before its request finished)."""
+    from ooospec.bench.speedups import PHASE_LABELS, speedup_intervals
+
+    records = list(records)
+    waves: dict[tuple[str, str, str], Counter] = {}
+    for r in records:
+        if r.get("hint") is not None:
+            count = waves.setdefault((r["target"], r["benchmark"], r["method"]), Counter())
+            count["waves submitted" if r["hint"].get("submitted", True) else "waves skipped"] += 1
+            count["hints in time"] += r["hint"].get("ready_round") is not None
+    columns = ["target", "benchmark", "method", "vs", "phase", "n", "speedup", "ci_low", "ci_high",
+               "waves submitted", "waves skipped", "hints in time"]
+    rows = []
+    for method, reference in WAVE_GATE_PAIRS:
+        found = speedup_intervals(records, reference=reference, methods=[method], phases=(phase,))
+        for cell in found.itertuples():
+            count = waves.get((cell.target, cell.benchmark, method), Counter())
+            rows.append({"target": cell.target, "benchmark": cell.benchmark, "method": method, "vs": reference,
+                         "phase": PHASE_LABELS[phase], "n": cell.n, "speedup": cell.speedup, "ci_low": cell.ci_low,
+                         "ci_high": cell.ci_high, **{k: count.get(k, 0) for k in columns[-3:]}})
+    return pd.DataFrame(rows, columns=columns)

@@ -14,14 +14,17 @@ from ooospec.bench.tables import frame, with_reference
 from ooospec.decoding.base import DRAFTED_CREDITS
 
 
-ARRIVAL_BUCKETS = ("first boundary", "boundaries 1-3", "boundary 4+", "not before finish", "rejected")
+ARRIVAL_BUCKETS = ("first boundary", "boundaries 1-3", "boundary 4+", "not before finish", "wave skipped", "rejected")
 
 
 def arrival_bucket(ready_round: Any, error: Any) -> str:
-    """Where the hint joined: the boundary index that first saw it, or why it never did."""
+    """Where the hint joined: the boundary index that first saw it, or why it never did (its wave
+    still out at the finish, its wave skipped by the wave gate, or its payload rejected)."""
     if ready_round is None or (isinstance(ready_round, float) and math.isnan(ready_round)):
         if isinstance(error, str) and "not ready before" in error:
             return "not before finish"
+        if isinstance(error, str) and error.startswith("wave skipped"):
+            return "wave skipped"
         return "rejected"
     ready_round = int(ready_round)
     if ready_round == 0:

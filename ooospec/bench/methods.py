@@ -29,7 +29,9 @@ The bench and the ablations name every method as a string, so a notebook paramet
   ToolSpec's budget (an ablation: by default the hint competes for ToolSpec's nodes, as in the paper);
 * ``hint_tokens=N`` (ooospec): longest hint draft;
 * ``plain_hint`` (ooospec): the hint used as before it was bounded, gated and made to follow the
-  target's function (`ooospec.decoding.out_of_order`): an ablation.
+  target's function (`ooospec.decoding.out_of_order`): an ablation;
+* ``every_wave`` (ooospec): submit every request's wave, however late the run's waves have been (the
+  control of `ooospec.decoding.wave_gate.WaveGate`, which skips waves while they keep coming too late).
 
 `MethodSpec.name` is the canonical spelling (defaults left out, options in a fixed order), so
 ``"ooospec:delay=2.0"`` and ``"ooospec:delay=2"`` are one method.
@@ -93,6 +95,7 @@ class MethodSpec:
     hint_room: int = 0  # nodes only the hint may fill, on top of the budget (ablation)
     hint_tokens: int = DEFAULT_HINT_TOKENS
     plain_hint: bool = False  # the earlier hint use (no share bound, no gate, no follow)
+    every_wave: bool = False  # no wave gate: the sidecar gets every request, however late it runs
 
     def __post_init__(self) -> None:
         if self.base not in BASES:
@@ -163,6 +166,8 @@ class MethodSpec:
             parts.append(f"hint_tokens={self.hint_tokens}")
         if self.plain_hint:
             parts.append("plain_hint")
+        if self.every_wave:
+            parts.append("every_wave")
         return ":".join(parts)
 
     @property
@@ -222,6 +227,9 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key == "plain_hint" and not value:
         need(("ooospec",))
         return "plain_hint", True
+    if key == "every_wave" and not value:
+        need(("ooospec",))
+        return "every_wave", True
     if key in SIDECAR_KINDS and not value:
         need(("ooospec",))
         return "sidecar", key
@@ -311,7 +319,8 @@ def method_sources(spec: MethodSpec, service: Any = None) -> list[DraftSource]:
     if service is None:
         raise ValueError(f"method {spec.name!r} needs a sidecar service")
     return ooospec_sources(service, mode=spec.sidecar_mode, blocking=spec.blocking,
-                           hint_tokens=spec.hint_tokens, plain_hint=spec.plain_hint, **options)
+                           hint_tokens=spec.hint_tokens, plain_hint=spec.plain_hint, every_wave=spec.every_wave,
+                           **options)
 
 
 def method_budget(spec: MethodSpec, target_name: str, default: TreeBudget | None = None) -> TreeBudget:
@@ -339,6 +348,14 @@ def budget_methods(budgets: list[int]) -> list[str]:
     budget is the only difference), on dev requests."""
     names = ["ar", "toolspec", PAPER_PLACEMENT] + [f"{base}:budget={n}" for base in ("toolspec", PAPER_PLACEMENT)
                                                    for n in budgets]
+    return [MethodSpec.parse(name).name for name in names]
+
+
+def wave_gate_methods() -> list[str]:
+    """The wave gate beside its control (``every_wave``) in both placements, each with the ToolSpec
+    it is compared with (one core for static, both cores for elastic), on dev requests."""
+    names = ["ar", "toolspec", PAPER_PLACEMENT, f"{PAPER_PLACEMENT}:every_wave", "ooospec", "ooospec:every_wave",
+             "toolspec:both_cores"]
     return [MethodSpec.parse(name).name for name in names]
 
 

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ooospec.bench.methods import MethodSpec, ablation_methods, budget_methods
+from ooospec.bench.methods import MethodSpec, ablation_methods, budget_methods, wave_gate_methods
 from ooospec.bench.sweep import notebook_parameters
 from ooospec.paths import artifacts_dir
 
@@ -273,6 +273,10 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
         ablation_s += sweep_seconds(budget_methods(ablation["budgets"]), ablation["targets"],
                                     ablation["budget_requests"], speeds, works, mats, ablation["warmup"])
     ablation_s += replay_seconds(ablation.get("replay_nodes") or [], ablation.get("replay_requests"))
+    gate_target = ablation.get("gate_target")
+    if ablation.get("gate_requests") and gate_target in speeds:
+        ablation_s += sweep_seconds(wave_gate_methods(), [gate_target], ablation["gate_requests"], speeds, works, mats,
+                                    ablation["warmup"])
     n = bench["requests"]
     return [
         StageEstimate("00_data", 30.0, "build the splits"),
@@ -283,7 +287,8 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
                       f"n={n} x {len(bench['methods'])} methods; verify-cost curve"),
         StageEstimate("08_arithmetic", arithmetic_s, "step, prefill and verify cost per arithmetic and thread count"),
         StageEstimate("06_ablations", ablation_s, f"{len(ablation_methods(ablation['ablations'], ablation['delays']))} "
-                      f"methods x n={ablation['requests']}" + (", budget sweep" if ablation["budgets"] else "")),
+                      f"methods x n={ablation['requests']}" + (", budget sweep" if ablation["budgets"] else "")
+                      + (f", wave gate on {ablation['gate_requests']} dev requests" if ablation.get("gate_requests") else "")),
         StageEstimate("book", BOOK_S, "04, 05, 07 read 03's run; jupyter-book"),
     ]
 

@@ -143,8 +143,8 @@ class DraftSource(ABC):
 
 class CorePlacement:
     """Where the target computes, decided at the seams of one request: `begin` on arrival (before
-    any source begins, so before a sidecar job is submitted), `boundary` before every verify round,
-    `end` once the request is done (always, also after an error). This base keeps the placement the
+    any source begins, so before a sidecar job is submitted), `boundary` once the sources have begun
+    (before the prefill) and before every verify round, `end` once the request is done (always, also after an error). This base keeps the placement the
     caller set (the static one); `ooospec.bench.placement.ElasticCores` lends the target the
     sidecar's core while the sidecar has nothing to compute."""
 
@@ -156,7 +156,7 @@ class CorePlacement:
         """A request arrives."""
 
     def boundary(self) -> None:
-        """A verify round, or the next chunk of a chunked prefill, is about to run."""
+        """The prefill, a verify round, or the next chunk of a chunked prefill is about to run."""
 
     def end(self) -> None:
         """The request is done: leave the placement as `begin` found it."""

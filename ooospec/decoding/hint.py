@@ -19,6 +19,10 @@ function name it aligns only to that function's call (``follow``). Its depth fol
 (`DepthSchedule`): longer after a fully accepted hint, shorter after a rejection. The tree merge
 bounds what a hint may take from ToolSpec's best draft (`ooospec.decoding.tree.TreeBudget.hint_share`).
 
+A wave that cannot arrive in time still costs the target (the two processes share the memory
+system), so a `WaveGate` may skip the submit while the run's recent waves all came too late
+(`ooospec.decoding.wave_gate`).
+
 Invalid payloads and sidecar failures are recorded in the trace and the bank offers nothing:
 decoding continues as plain ToolSpec. Invalid parts of a payload (a slot no parameter of its
 function has, a value of the wrong JSON type) are dropped with their reason; the rest is used.
@@ -36,6 +40,7 @@ from ooospec.decoding.base import DecodeContext, DecodeState, Draft, DraftSource
 from ooospec.decoding.schema_fsm import SchemaCompileError, SchemaFSM, compile_schema
 from ooospec.decoding.text_drafts import tokens_continuing
 from ooospec.decoding.tree import shared_prefix
+from ooospec.decoding.wave_gate import WaveGate
 from ooospec.sidecar.service import SidecarResult, SidecarService, SidecarTicket
 
 
@@ -192,6 +197,7 @@ class HintText:
 class HintStats:
     """What the bank did for one request (also emitted into the trace at the end)."""
 
+    submitted: bool = True  # False: the wave gate skipped this request's wave
     ready_round: int | None = None
     error: str | None = None
     payload_bytes: int = 0
@@ -208,15 +214,17 @@ class HintBank(DraftSource):
     ``gate``: propose only at a call's opening or inside a call (the schema FSM's reading of the
     committed text). ``follow``: use every function of the payload and, once the target has written
     a name, only that function's call. ``depth``: a `DepthSchedule`, or None for a fixed
-    ``max_tokens``. Where the request's schema does not compile, there is no FSM and the bank
-    aligns as if ungated (recorded in the stats)."""
+    ``max_tokens``. ``wave_gate``: a `WaveGate` that skips the wave while the run's recent waves
+    all came too late (None: every request's wave is submitted). Where the request's schema does
+    not compile, there is no FSM and the bank aligns as if ungated (recorded in the stats)."""
 
     name = "hint"
 
     def __init__(self, service: SidecarService, mode: str = "wave", blocking: bool = False,
                  max_tokens: int = 32, min_match: int = 3, gate: bool = True, follow: bool = True,
-                 depth: DepthSchedule | None = None):
+                 depth: DepthSchedule | None = None, wave_gate: WaveGate | None = None):
         self.service, self.mode, self.blocking = service, mode, blocking
+        self.wave_gate = wave_gate
         self.max_tokens, self.min_match = max_tokens, min_match
         self.gate, self.follow, self.depth_settings = gate, follow, depth
         self.ticket: SidecarTicket | None = None
@@ -234,6 +242,11 @@ class HintBank(DraftSource):
         self.depth = replace(self.depth_settings) if self.depth_settings else None
         self._pending: list[int] = []
         self.fsm = None
+        self.ticket = None
+        if self.wave_gate is not None and not self.wave_gate.submit():
+            self.stats.submitted, self.stats.error = False, self.wave_gate.why_closed
+            ctx.trace.emit("sidecar_skipped", reason=self.stats.error)
+            return
         if (self.gate or self.follow) and ctx.surface is not None:
             try:
                 self.fsm = SchemaFSM(compile_schema(ctx.request.tools, ctx.surface))
@@ -344,10 +357,13 @@ class HintBank(DraftSource):
         self._pending = []
 
     def end(self, state: DecodeState, result: Any) -> None:
+        if self.wave_gate is not None and self.ticket is not None:
+            self.wave_gate.record(in_time=self.done_polling)
         if not self.done_polling and self.ticket is not None:
             # the request finished before the hint arrived: record whether it ever would have
             late = self.ticket.poll()
             self.stats.extra["arrived_after_finish"] = late is not None and late.error is None
             self.stats.error = self.stats.error or "hint not ready before the request finished"
-        self.ctx.trace.emit("hint_summary", ready_round=self.stats.ready_round, error=self.stats.error,
-                            payload_bytes=self.stats.payload_bytes, proposals=self.stats.proposals)
+        self.ctx.trace.emit("hint_summary", submitted=self.stats.submitted, ready_round=self.stats.ready_round,
+                            error=self.stats.error, payload_bytes=self.stats.payload_bytes,
+                            proposals=self.stats.proposals)

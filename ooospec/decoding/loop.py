@@ -170,8 +170,8 @@ def decode(
     starts from a copy of an earlier prefill of the same prompt (lossless checks run several
     methods on one prefill; the reported prefill time is then that prefill's). ``verifier``
     reuses one verifier across requests; margins are tracked when it tracks them. ``placement``
-    is told when the request arrives, before every verify round and when it ends (the elastic
-    placement lends the target the sidecar's idle core). A prompt that does not fit the target's
+    is told when the request arrives, once its sources have begun, before every verify round and
+    when it ends (the elastic placement lends the target the sidecar's idle core). A prompt that does not fit the target's
     context raises `PromptTooLong` before any of that (see the module doc).
     """
     placement = placement or CorePlacement()
@@ -197,6 +197,7 @@ def _decode(target: TargetModel, sources: list[DraftSource], request: Request | 
     verifier = verifier or TreeVerifier(target.model, ctx.eos_token_ids, dense_cache=target.compiled.mode is not None)
     for source in sources:
         source.begin(ctx)
+    placement.boundary()  # once the sources have begun: a request with no sidecar job prefills wide
     setup_s = time.perf_counter() - start
 
     own = _prefill(verifier, ctx, prefill, placement)

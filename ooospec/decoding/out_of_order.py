@@ -11,6 +11,8 @@ How the hint is used: the merge keeps ToolSpec's best draft a share of the tree 
 disagrees with it (`HINT_SHARE`), and the bank proposes only at or inside a call, following the
 function the target writes (`ooospec.decoding.hint.HintBank`). These were chosen on dev requests by
 replay (`ooospec.bench.hint_replay`); ``plain_hint`` turns all three off (the earlier use, an ablation).
+A wave that would come too late is not started while the run's recent waves all did
+(`ooospec.decoding.wave_gate.WaveGate`); ``every_wave`` is its control.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ooospec.decoding.base import DraftSource
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.toolspec import ToolSpec
 from ooospec.decoding.tree import TreeBudget
+from ooospec.decoding.wave_gate import WaveGate
 from ooospec.sidecar.service import SidecarService
 
 DEFAULT_HINT_TOKENS = 32
@@ -32,11 +35,14 @@ HINT_SHARE = 0.75
 
 def ooospec_sources(service: SidecarService, *, mode: str = "wave", blocking: bool = False,
                     hint_tokens: int = DEFAULT_HINT_TOKENS, plain_hint: bool = False,
-                    **toolspec_options: Any) -> list[DraftSource]:
+                    every_wave: bool = False, **toolspec_options: Any) -> list[DraftSource]:
     """Fresh sources for one run of OoO-Spec (the service outlives them: one model load per run).
-    ``plain_hint``: the bank neither gated by the call's position nor following the target's function."""
+    ``plain_hint``: the bank neither gated by the call's position nor following the target's function.
+    ``every_wave``: every request's wave is submitted, however late the run's waves have been (the
+    control of the `WaveGate`; a blocking bank waits for its hint, so it is never late and has none)."""
     bank = HintBank(service, mode=mode, blocking=blocking, max_tokens=hint_tokens,
-                    gate=not plain_hint, follow=not plain_hint)
+                    gate=not plain_hint, follow=not plain_hint,
+                    wave_gate=None if every_wave or blocking else WaveGate())
     return [bank, ToolSpec(**toolspec_options)]
 
 
