@@ -255,9 +255,9 @@ def test_the_wave_gate_table_sets_the_gate_beside_its_control():
     table = wave_gate_table(records).set_index(["method", "vs"])
     gate = table.loc[("ooospec:static", "ooospec:static:every_wave")]
     assert gate.speedup == pytest.approx(24 / 20) and gate.n == 4
-    assert (gate["waves submitted"], gate["waves skipped"], gate["hints in time"]) == (2, 2, 0)
+    assert (gate["submitted"], gate["skipped"], gate["in time"]) == (2, 2, 0)
     assert table.loc[("ooospec:static:every_wave", "toolspec")].speedup == pytest.approx(20 / 24)
-    assert table.loc[("ooospec:static:every_wave", "toolspec"), "waves skipped"] == 0
+    assert table.loc[("ooospec:static:every_wave", "toolspec"), "skipped"] == 0
     assert ("ooospec", "toolspec:both_cores") not in table.index  # neither ran: no row
 
 

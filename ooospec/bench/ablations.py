@@ -173,7 +173,7 @@ def wave_gate_table(records: Iterable[dict[str, Any]], phase: str = "decode") ->
     """What the wave gate changes (`ooospec.decoding.wave_gate`), per target and benchmark: each
     comparison of `WAVE_GATE_PAIRS` in ``phase`` on the same work (ratio of totals, paired bootstrap
     95% interval), and for the method, how many of its waves were submitted, skipped by the gate and
-    in time (the hint read before its request finished)."""
+    in time (``submitted``, ``skipped``, ``in time``: the hint read before its request finished)."""
     from ooospec.bench.speedups import PHASE_LABELS, speedup_intervals
 
     records = list(records)
@@ -181,10 +181,10 @@ def wave_gate_table(records: Iterable[dict[str, Any]], phase: str = "decode") ->
     for r in records:
         if r.get("hint") is not None:
             count = waves.setdefault((r["target"], r["benchmark"], r["method"]), Counter())
-            count["waves submitted" if r["hint"].get("submitted", True) else "waves skipped"] += 1
-            count["hints in time"] += r["hint"].get("ready_round") is not None
+            count["submitted" if r["hint"].get("submitted", True) else "skipped"] += 1
+            count["in time"] += r["hint"].get("ready_round") is not None
     columns = ["target", "benchmark", "method", "vs", "phase", "n", "speedup", "ci_low", "ci_high",
-               "waves submitted", "waves skipped", "hints in time"]
+               "submitted", "skipped", "in time"]
     rows = []
     for method, reference in WAVE_GATE_PAIRS:
         found = speedup_intervals(records, reference=reference, methods=[method], phases=(phase,))
