@@ -348,7 +348,6 @@ def test_tiny_bench_run_writes_lossless_records_and_resumes_per_slice(artifacts)
     assert [r["method"] for r in records[:4]] == ["ar", "toolspec", "ooospec", "toolspec:no_fsm:no_retrieval"]
     orders = [tuple(r["run_order"] for r in records[i:i + 4]) for i in range(0, len(records), 4)]
     assert all(sorted(o) == [0, 1, 2, 3] for o in orders) and len(set(orders)) > 1  # shuffled per request
-    ablated = [r for r in records if r["method"] == "toolspec:no_fsm:no_retrieval"]
     def drafted(method: str) -> set[str]:  # sources that put nodes into some verify tree
         return {s for r in records if r["method"] == method for rnd in r["rounds"] for s in rnd["sources"]}
 

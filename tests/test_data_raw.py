@@ -3,7 +3,6 @@
 import io
 import shutil
 import zipfile
-from pathlib import Path
 
 import pytest
 

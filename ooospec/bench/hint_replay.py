@@ -23,7 +23,7 @@ import argparse
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -39,6 +39,9 @@ from ooospec.models.target import TargetModel, load_role_frame
 from ooospec.sidecar.join import join_rows
 from ooospec.sidecar.predictor import WaveResult
 from ooospec.sidecar.service import SidecarResult
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a frame is built
+    import pandas as pd
 
 
 class ReferenceVerifier(TreeVerifier):

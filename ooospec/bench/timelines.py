@@ -3,7 +3,10 @@ none), each beside AR's decode of the same request."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a frame is built
+    import pandas as pd
 
 
 def pick_timelines(records: Iterable[dict[str, Any]], method: str = "ooospec") -> dict[str, dict[str, Any]]:

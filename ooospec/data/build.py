@@ -15,7 +15,6 @@ import hashlib
 import json
 import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 from ooospec.data import apibank, bfcl, glaive, nestful, openfunctions, sealtools, toolalpaca, toolrl

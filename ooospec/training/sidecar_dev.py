@@ -14,7 +14,7 @@ the target departed from gold and the sidecar did not is the target's quirk, not
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ooospec.data.request import Call, Request
 from ooospec.models.adapters import read_frozen
@@ -25,6 +25,9 @@ from ooospec.training.slot_rows import calls_from_gold
 from ooospec.stage import Stage, append_jsonl, done_ids, read_jsonl
 from ooospec.training.lora import AdapterRun
 from ooospec.training.sidecar import SidecarConfig, find_finished, load_requests, select_calls, sidecar_config
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a frame is built
+    import pandas as pd
 
 AS_TRAINED, AS_SERVED = "as trained (raw answers)", "as served (required slots filled)"
 SERVED_WAVES_FILE = "dev_predictions_served-{profile}.jsonl"
