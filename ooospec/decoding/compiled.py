@@ -37,6 +37,7 @@ import torch
 from ooospec.decoding.base import Draft
 from ooospec.decoding.tree import TreeBudget, build_tree
 from ooospec.decoding.verifier import TreeVerifier, commit_kv
+from ooospec.models.packed_linear import pack_linears
 from ooospec.models.target import CompileReport, TargetModel, load_role, load_target
 
 WARM_UP_PREFIX = 48  # tokens of the dummy prefix: long enough that no size is specialized as 0/1
@@ -109,8 +110,11 @@ def _fallback(model: Any, name: str, reason: str, start: float) -> CompileReport
 def compile_target(target: TargetModel) -> TargetModel:
     """Compile ``target``'s model as its profile asks (``compile_mode``; None: eager) and record what
     happened in ``target.compiled``. After any adapter merge: freezing makes the merged weights
-    constants of the compiled graph."""
+    constants of the compiled graph. A model left eager in fp32 on the CPU gets its multi-row
+    products on oneDNN-packed weights (`ooospec.models.packed_linear`; the records say so)."""
     target.compiled = compile_for_decoding(target.model, target.compile_mode, target.name)
+    if target.compiled.mode is None:
+        pack_linears(target.model)
     return target
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -81,6 +81,7 @@ class Arithmetic:
     bf16_kernels: bool
     cores: int
     torch: str
+    kernels: str | None = None  # a kernel choice beyond torch's defaults (`ooospec.models.packed_linear`)
 
     @property
     def short(self) -> str:
@@ -106,6 +107,8 @@ class Arithmetic:
         why = ""
         if self.fell_back:
             why = f"; the profile asks {short_name(self.requested)}, which this machine cannot run natively"
+        if self.kernels:
+            why += f"; {self.kernels}"
         text = f"{self.short} on {self.machine()}"
         return text[:-1] + why + ")" if why and text.endswith(")") else text + why
 
@@ -114,7 +117,7 @@ class Arithmetic:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Arithmetic":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})  # older records lack ``kernels``
 
 
 def arithmetic_of(spec: Any) -> Arithmetic:
@@ -140,9 +143,12 @@ def profile_arithmetic(profile: str, role: str = "target") -> Arithmetic:
 def running_arithmetic(model: Any, requested: str | None = None) -> Arithmetic:
     """The arithmetic of an already loaded model (its parameters' dtype and device) on this machine;
     ``requested`` is the profile's wish where the caller knows it."""
+    from ooospec.models.packed_linear import PACKED_KERNELS, uses_packed_linears
+
     parameter = next(model.parameters())
     dtype = str(parameter.dtype).removeprefix("torch.")
-    return _on_this_machine(dtype, requested or dtype, str(parameter.device))
+    arithmetic = _on_this_machine(dtype, requested or dtype, str(parameter.device))
+    return replace(arithmetic, kernels=PACKED_KERNELS) if uses_packed_linears(model) else arithmetic
 
 
 def _on_this_machine(dtype: str, requested: str, device: str) -> Arithmetic:
