@@ -72,3 +72,17 @@ def test_the_decoding_entry_point_packs_an_eager_fp32_model_only(monkeypatch):
     compiled.compile_mode = "inductor"
     compile_target(compiled)
     assert not uses_packed_linears(compiled.model)  # the inductor prepacks its own weights
+
+
+@needs_onednn
+def test_unpacking_restores_plain_layers_on_the_same_weights():
+    from ooospec.models.packed_linear import unpack_linears
+
+    model = tiny_causal_lm("qwen2")
+    ids = [3, 17, 5, 9, 30]
+    before = _logits(model, ids)
+    weights = {name: p.data_ptr() for name, p in model.named_parameters()}
+    packed = pack_linears(model).packed
+    assert unpack_linears(model) == packed and not uses_packed_linears(model)
+    assert {name: p.data_ptr() for name, p in model.named_parameters()} == weights  # no copy, same parameters
+    assert torch.equal(_logits(model, ids), before)

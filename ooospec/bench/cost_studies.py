@@ -12,6 +12,7 @@ from ooospec.bench.targets import STUDY_CODE, _split_name, cached_target, torch_
 from ooospec.bench.verify_cost import verify_cost_curve
 from ooospec.data import load_split
 from ooospec.decoding.verifier import TreeVerifier
+from ooospec.models.packed_linear import pack_linears, unpack_linears, uses_packed_linears
 from ooospec.stage import Stage, code_fingerprint
 
 
@@ -76,19 +77,27 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
         for profile in dict.fromkeys(p for p, _ in options):
             target = cached_target(name, profile)
             prompt = target.prompt_ids(request)
-            for attention in [a for p, a in options if p == profile]:
-                if target.compiled.mode and attention != "sdpa":
-                    raise ValueError(f"arithmetic_study: {profile} compiles the sdpa model; {attention!r} attention "
-                                     "would recompile inside the timings")
-                target.model.set_attn_implementation(attention)
-                for count in threads:
-                    with torch_threads(count):
-                        point = measure_arithmetic(TreeVerifier.for_target(target), prompt,
-                                                   target=name, profile=profile, threads=count,
-                                                   attention=attention, rows=rows, repeats=repeats,
-                                                   compile=target.compiled.mode, compile_s=target.compiled.seconds)
-                    points.append(vars(point))
-            target.model.set_attn_implementation("sdpa")
+            # a model with packed multi-row products is measured with them and, as the control, with
+            # torch's plain linear layers on the same weights
+            packed = uses_packed_linears(target.model)
+            for kernels in (("packed", "plain") if packed else (None,)):
+                if kernels == "plain":
+                    unpack_linears(target.model)
+                for attention in [a for p, a in options if p == profile]:
+                    if target.compiled.mode and attention != "sdpa":
+                        raise ValueError(f"arithmetic_study: {profile} compiles the sdpa model; {attention!r} "
+                                         "attention would recompile inside the timings")
+                    target.model.set_attn_implementation(attention)
+                    for count in threads:
+                        with torch_threads(count):
+                            point = measure_arithmetic(TreeVerifier.for_target(target), prompt,
+                                                       target=name, profile=profile, threads=count,
+                                                       attention=attention, rows=rows, repeats=repeats,
+                                                       compile=target.compiled.mode, compile_s=target.compiled.seconds)
+                        points.append({**vars(point), "kernels": kernels})
+                target.model.set_attn_implementation("sdpa")
+            if packed:
+                pack_linears(target.model)
             cached_target.cache_clear()
     path.write_text(json.dumps(points, indent=1))
     stage.mark_done(points=len(points))
@@ -98,7 +107,8 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
 def arithmetic_table(points: list[dict[str, Any]], rows: tuple[int, ...] = (2, 8, 17, 33, 65)) -> pd.DataFrame:
     """`arithmetic_study` as a readable table: step (ms), prefill (s), cost of r rows / one row."""
     table = pd.DataFrame([{
-        "target": p["target"], "arithmetic": p["dtype"] + (f" + {p['compile']}" if p.get("compile") else ""),
+        "target": p["target"], "arithmetic": p["dtype"] + (f" + {p['compile']}" if p.get("compile") else "")
+        + (f" ({p['kernels']})" if p.get("kernels") else ""),
         "attention": p["attention"], "threads": p["threads"],
         "step ms": round(p["step_ms"]), "prefill s": round(p["prefill_s"], 2),
         **{f"{r} rows": p["ratios"].get(str(r), p["ratios"].get(r)) for r in rows

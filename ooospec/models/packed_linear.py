@@ -87,3 +87,17 @@ def pack_linears(model: torch.nn.Module) -> PackReport:
 
 def uses_packed_linears(model: torch.nn.Module | None) -> bool:
     return model is not None and any(isinstance(m, PackedLinear) for m in model.modules())
+
+
+def unpack_linears(model: torch.nn.Module) -> int:
+    """Put plain ``nn.Linear`` layers back (same weights), e.g. to measure against the packed ones."""
+    restored = 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, PackedLinear):
+                plain = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                                        device="meta")
+                plain.weight, plain.bias = child.weight, child.bias
+                setattr(module, name, plain)
+                restored += 1
+    return restored
