@@ -104,13 +104,13 @@ class Arithmetic:
 
     def sentence(self) -> str:
         """``fp32 on a 2-core AVX2 CPU (AMD EPYC; the profile asks bf16, this CPU has no bf16 kernels)``."""
-        why = ""
+        notes = ""
         if self.fell_back:
-            why = f"; the profile asks {short_name(self.requested)}, which this machine cannot run natively"
+            notes = f"; the profile asks {short_name(self.requested)}, which this machine cannot run natively"
         if self.kernels:
-            why += f"; {self.kernels}"
+            notes += f"; {self.kernels}"
         text = f"{self.short} on {self.machine()}"
-        return text[:-1] + why + ")" if why and text.endswith(")") else text + why
+        return text[:-1] + notes + ")" if notes and text.endswith(")") else text + notes
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

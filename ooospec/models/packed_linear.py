@@ -46,8 +46,7 @@ class PackedLinear(torch.nn.Module):
         if rows <= 1 or torch.is_grad_enabled():
             return torch.nn.functional.linear(x, self.weight, self.bias)
         flat = x.reshape(rows, self.in_features)
-        bias = None if self.bias is None else self.bias.detach()
-        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, bias, "none", [], "")
+        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
