@@ -51,19 +51,26 @@ def test_committed_rows_rederive_from_current_data(sidecar_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("waves_file, profile, required_values", [
-    # the adapter was trained and its dev waves written in fp32: reproduce them in that arithmetic
-    ("dev_predictions.jsonl", "cpu-fp32", False),
-    # the waves the book scores as served: the cpu profile's arithmetic, required slots filled
-    ("dev_predictions_served-cpu.jsonl", "cpu", True),
+@pytest.mark.parametrize("waves_file, profile, required_values, packed", [
+    # the adapter was trained and its dev waves written in fp32 with torch's plain products:
+    # reproduce them in that arithmetic
+    ("dev_predictions.jsonl", "cpu-fp32", False, False),
+    # the waves the book scores as served: the cpu profile's arithmetic (on a CPU without bf16
+    # kernels: fp32 on packed weights, as the bench's sidecar runs), required slots filled
+    ("dev_predictions_served-cpu.jsonl", "cpu", True, True),
 ], ids=["as trained", "as served"])
-def test_committed_sidecar_reproduces_its_dev_waves(sidecar_dir, waves_file, profile, required_values):
+def test_committed_sidecar_reproduces_its_dev_waves(sidecar_dir, waves_file, profile, required_values, packed):
     from ooospec.data import load_split
     from ooospec.sidecar.predictor import SlotPredictor
 
     stored = [json.loads(line) for line in (sidecar_dir / waves_file).read_text().splitlines()[:2]]
     dev = {r.id: r for r in load_split("dev")}
-    predictor = SlotPredictor.from_frozen(sidecar_dir / "adapter", profile=profile, required_values=required_values)
+    predictor = SlotPredictor.from_frozen(sidecar_dir / "adapter", profile=profile, required_values=required_values,
+                                          packed=packed)
+    from ooospec.models.packed_linear import uses_packed_linears
+
+    fp32 = next(predictor.model.parameters()).dtype == torch.float32
+    assert uses_packed_linears(predictor.model) == (packed and fp32)  # packing is fp32-only
     for record in stored:
         wave = predictor.predict_wave(dev[record["request_id"]])
         assert [row.text for row in wave.rows] == [row["text"] for row in record["rows"]]

@@ -30,6 +30,7 @@ import torch
 from ooospec.data.request import Call, Request
 from ooospec.models.context import PROMPT_TOO_LONG, model_context
 from ooospec.models.cache import expand_cache
+from ooospec.models.packed_linear import pack_linears
 from ooospec.sidecar.join import DroppedSlot, join_rows
 from ooospec.sidecar.protocol import MODES, Prediction
 from ooospec.sidecar.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix, target_text,
@@ -345,10 +346,13 @@ class SlotPredictor:
 
     @classmethod
     def from_frozen(cls, adapter_dir: Path, profile: str = "cpu", max_new_tokens: int | None = None,
-                    required_values: bool = REQUIRED_VALUES) -> "SlotPredictor":
+                    required_values: bool = REQUIRED_VALUES, packed: bool = True) -> "SlotPredictor":
         """The sidecar base of ``profile`` cut to the adapter's layer count, adapter merged.
 
-        ``max_new_tokens`` defaults to the value the adapter was evaluated with.
+        ``max_new_tokens`` defaults to the value the adapter was evaluated with. With ``packed`` (as
+        served) an fp32 CPU model computes its multi-row products (the prefix, the batched rows) on
+        oneDNN-packed weights, as the targets do (`ooospec.models.packed_linear`); ``packed=False``
+        keeps torch's plain products, the arithmetic the adapter's own dev waves were written in.
         """
         from ooospec.sidecar.base_model import load_sidecar_base
         from ooospec.models.adapters import load_frozen_adapter, read_frozen
@@ -361,6 +365,8 @@ class SlotPredictor:
         else:
             model, tokenizer = load_sidecar_base(profile, record["num_layers"])
         model = load_frozen_adapter(model, adapter_dir, merge=True)
+        if packed:  # after the merge: the packed copy is of the final weights
+            pack_linears(model)
         prompt = SlotPromptConfig(**record["prompt"])
         if max_new_tokens is None:
             max_new_tokens = record["config"].get("max_new_tokens", 32)
@@ -378,6 +384,7 @@ class SlotWavePredictor:
 
             record = read_frozen(Path(adapter_dir))
             model, tokenizer = load_sidecar_base(profile, record["num_layers"])
+            pack_linears(model)
             self.predictor = SlotPredictor(model, tokenizer, SlotPromptConfig(**record["prompt"]),
                                            max_new_tokens=max_new_tokens, required_values=required_values)
         else:
