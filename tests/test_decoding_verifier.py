@@ -178,6 +178,8 @@ def test_trace_records_prefill_and_rounds(model):
 class _CountingPlacement:
     """A placement that asks for a chunked prefill and counts its boundaries."""
 
+    settled = False  # never settles: a boundary before every chunk
+
     def __init__(self, chunk):
         self.prefill_chunk, self.boundaries = chunk, 0
 
@@ -213,3 +215,21 @@ def test_a_chunked_prefill_leaves_the_cache_and_first_token_of_one_forward(model
     assert placement.boundaries == 1 + len(calls) + len(out.rounds)
     with pytest.raises(ValueError, match="chunk must be >= 1"):
         verifier.prefill(PROMPT, 0)
+
+
+def test_a_chunked_prefill_runs_its_rest_in_one_forward_once_the_placement_settles(model):
+    """Once ``between`` says the placement will not change again, the rest of the prompt runs in
+    one forward (more chunks would only re-read the weights); the cache and first token stay
+    those of one forward."""
+    verifier = TreeVerifier(model, [])
+    whole, _ = verifier.prefill(PROMPT)
+    sizes, forward = [], verifier._forward
+    verifier._forward = lambda ids, **kwargs: sizes.append(len(ids)) or forward(ids, **kwargs)
+    calls = []
+    chunked, _ = verifier.prefill(PROMPT, 3, lambda: calls.append(1) or len(calls) >= 2)
+    assert sizes == [3, 3, len(PROMPT) - 6] and len(calls) == 2
+    assert chunked.root == whole.root and chunked.cache_len == len(PROMPT)
+    from ooospec.decoding.verifier import _cache_layers
+
+    for a, b in zip(_cache_layers(whole.cache), _cache_layers(chunked.cache)):
+        assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)

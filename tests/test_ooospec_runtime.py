@@ -331,6 +331,39 @@ def test_elastic_cores_follow_the_sidecar_and_keep_the_output(tiny, tokenizer):
         torch.set_num_threads(before)
 
 
+def test_elastic_chunked_prefill_widens_inside_the_prefill_and_then_runs_the_rest_at_once(tiny, tokenizer):
+    """With ``prefill_chunk`` the elastic target asks at every chunk while the sidecar is busy,
+    widens at the first chunk after the job is done, and then runs the rest of the prompt in one
+    forward (it stays wide until the request ends); the output is AR's."""
+    from ooospec.bench.placement import CorePlan, ElasticCores
+
+    request = _request()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=12)
+        elastic = ElasticCores(_BusyFor(3), CorePlan(None, None), threads=1, prefill_chunk=2)
+        sizes, forward = [], tiny.forward
+
+        def counting(*args, **kwargs):
+            sizes.append(kwargs["input_ids"].shape[1])
+            return forward(*args, **kwargs)
+
+        tiny.forward = counting
+        try:
+            out = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), 12, placement=elastic)
+        finally:
+            del tiny.forward
+        prompt = out.trace.of_kind("prefill_start")[0]["prompt_tokens"]
+        assert prompt > 6
+        # busy before the prefill and at the first two chunk boundaries, idle at the third
+        assert sizes[:4] == [2, 2, 2, prompt - 6]
+        assert out.trace.of_kind("prefill_end")[0]["threads"] == 2 and {r.threads for r in out.rounds} == {2}
+        assert out.output_ids == ar.output_ids and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_the_service_says_whether_a_job_is_in_flight(tokenizer):
     request = _request()
     with SidecarService(oracle_sidecar({request.id: {"name": "get_weather", "arguments": {}}}, wave_s=0.3),

@@ -59,8 +59,9 @@ class ElasticCores(CorePlacement):
     """The target on both cores (``2 * threads``) while ``service`` is idle, on its own core
     (``threads``) while a sidecar job is in flight. Reading the service's state never waits (a
     zero-timeout drain of its result queue). ``switches`` and ``switch_s`` say what the switching cost.
-    With ``prefill_chunk`` the target's own prefill runs in chunks with a boundary between them, so
-    the switch can happen inside the prefill, where the sidecar's wave usually ends."""
+    With ``prefill_chunk`` the target's own prefill runs in chunks with a boundary between them while
+    it is narrow, so the switch can happen inside the prefill, where the sidecar's wave usually
+    ends; once wide, the rest of the prompt runs in one forward (`settled`)."""
 
     def __init__(self, service: SidecarService, cores: CorePlan, threads: int = 1, prefill_chunk: int | None = None):
         self.service, self.cores, self.threads = service, cores, threads
@@ -88,3 +89,9 @@ class ElasticCores(CorePlacement):
 
     def end(self) -> None:
         self._set(False)
+
+    @property
+    def settled(self) -> bool:
+        """Once wide, the target stays wide until the request ends: its one sidecar job is done,
+        and the next is submitted only after the next request's `begin`."""
+        return self.wide

@@ -158,6 +158,12 @@ class CorePlacement:
     def boundary(self) -> None:
         """The prefill, a verify round, or the next chunk of a chunked prefill is about to run."""
 
+    @property
+    def settled(self) -> bool:
+        """Whether the placement can no longer change before `end` (a chunked prefill then runs its
+        rest in one forward). This base never changes."""
+        return True
+
     def end(self) -> None:
         """The request is done: leave the placement as `begin` found it."""
 

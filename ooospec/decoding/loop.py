@@ -51,7 +51,11 @@ class Prefill:
         """Time one prefill; in chunks where ``placement`` asks for them (`CorePlacement.prefill_chunk`)."""
         start = time.perf_counter()
         if placement is not None and placement.prefill_chunk:
-            state, margin = verifier.prefill(prompt_ids, placement.prefill_chunk, placement.boundary)
+            def between() -> bool:
+                placement.boundary()
+                return placement.settled
+
+            state, margin = verifier.prefill(prompt_ids, placement.prefill_chunk, between)
         else:
             state, margin = verifier.prefill(prompt_ids)
         return cls(state, time.perf_counter() - start, margin, list(prompt_ids))

@@ -136,11 +136,13 @@ class TreeVerifier:
 
     @torch.no_grad()
     def prefill(self, prompt_ids: list[int], chunk: int | None = None,
-                between: Callable[[], None] | None = None) -> tuple[VerifierState, float | None]:
+                between: Callable[[], bool | None] | None = None) -> tuple[VerifierState, float | None]:
         """Run the prompt, returning the state (its root is the first output token) and that
         token's top-2 gap. With ``chunk``, the prompt runs in forwards of ``chunk`` tokens on one
         cache, ``between`` called before every one but the first (a placement may change there);
-        the cache and first token are those of one forward up to the arithmetic's rounding."""
+        once ``between`` returns True (the placement will not change again) the rest of the prompt
+        runs in one forward, since every further chunk would only re-read the weights. The cache
+        and first token are those of one forward up to the arithmetic's rounding."""
         if not prompt_ids:
             raise ValueError("prefill needs a non-empty prompt")
         if chunk is not None and chunk < 1:
@@ -148,11 +150,12 @@ class TreeVerifier:
         cache = DynamicCache(config=self.config)
         kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
         ids = list(prompt_ids)
-        size = chunk or len(ids)
-        for start in range(0, len(ids), size):
-            if start and between is not None:
-                between()
+        start, size = 0, chunk or len(ids)
+        while start < len(ids):
+            if start and between is not None and between():
+                size = len(ids) - start
             logits = self._forward(ids[start:start + size], cache=cache, **kwargs)[-1]
+            start += size
         for layer in _cache_layers(cache):
             if self.dense_cache and layer.is_initialized:  # the prefill leaves transposed views
                 _make_dense(layer)
