@@ -41,11 +41,25 @@ from weather_requests import weather_requests
     ("toolspec:both_cores:budget=8", "toolspec:both_cores:budget=8"),
     ("ooospec:plain_hint:oracle", "ooospec:oracle:plain_hint"),
     ("ooospec:every_wave:static", "ooospec:static:every_wave"),
+    ("ooospec:prefill_chunk=128", "ooospec"),
+    ("ooospec:prefill_chunk=0", "ooospec:prefill_chunk=0"),
 ])
 def test_method_names_are_canonical_and_round_trip(text, canonical):
     spec = MethodSpec.parse(text)
     assert spec.name == canonical
     assert MethodSpec.parse(spec.name) == spec
+
+
+def test_elastic_ooospec_prefills_in_chunks_by_default_and_its_control_in_one_forward():
+    from ooospec.bench.methods import ELASTIC_PREFILL_CHUNK
+
+    assert MethodSpec.parse("ooospec").target_prefill_chunk == ELASTIC_PREFILL_CHUNK
+    assert MethodSpec.parse("ooospec:prefill_chunk=64").target_prefill_chunk == 64
+    assert MethodSpec.parse("ooospec:prefill_chunk=0").target_prefill_chunk is None
+    for static in ("ooospec:static", "ooospec:shared_core", "toolspec", "toolspec:both_cores"):
+        assert MethodSpec.parse(static).target_prefill_chunk is None
+    with pytest.raises(ValueError, match="needs elastic"):
+        MethodSpec.parse("ooospec:static:prefill_chunk=64")
 
 
 def test_method_options_parse_into_fields():

@@ -112,7 +112,7 @@ class SliceRunner:
         service = self.pool.service(spec)
         if service is not None:
             service.wait_idle()
-        placement = (ElasticCores(service, self.pool.cores, self.cfg.threads, spec.prefill_chunk)
+        placement = (ElasticCores(service, self.pool.cores, self.cfg.threads, spec.target_prefill_chunk)
                      if spec.elastic else None)
         with self.both_cores() if spec.both_cores else nullcontext():
             result = decode(self.target, sources, request, max_new_tokens,
