@@ -16,6 +16,7 @@ from ooospec.training.sidecar import PRESETS, committed_adapters_dir, select_cal
 from ooospec.sidecar.slots import SlotPromptConfig
 from ooospec.training.slot_rows import build_rows, read_rows
 from ooospec.models.adapters import read_frozen, tool_adapter_committed_dir
+from ooospec.models.packed_linear import uses_packed_linears
 
 torch.set_num_threads(1)
 COMMITTED = REPO_ROOT / "artifacts" / "committed" / "adapters"
@@ -67,8 +68,6 @@ def test_committed_sidecar_reproduces_its_dev_waves(sidecar_dir, waves_file, pro
     dev = {r.id: r for r in load_split("dev")}
     predictor = SlotPredictor.from_frozen(sidecar_dir / "adapter", profile=profile, required_values=required_values,
                                           packed=packed)
-    from ooospec.models.packed_linear import uses_packed_linears
-
     fp32 = next(predictor.model.parameters()).dtype == torch.float32
     assert uses_packed_linears(predictor.model) == (packed and fp32)  # packing is fp32-only
     for record in stored:

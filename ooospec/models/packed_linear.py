@@ -20,8 +20,9 @@ target in fp32), made once at load.
 Applied where a decoding model runs eager in fp32 on the CPU (`ooospec.decoding.compiled`), and to
 the sidecar as served (`ooospec.sidecar.predictor.SlotPredictor.from_frozen`: its prefix and its
 batched rows are multi-row products too; on 75 dev requests its wave took 3.30 -> 2.88 s median,
-and on 42 of them all 346 rows came out identical to the plain products): not to bf16 (torch already routes bf16 products to oneDNN), not to a compiled model (the inductor
-prepacks its own weights), never to a model being trained (the packed copy would not follow the
+and on 42 of them all 346 rows came out identical to the plain products). Not to bf16 (torch
+already routes bf16 products to oneDNN), not to a compiled model (the inductor prepacks its own
+weights), never to a model being trained (the packed copy would not follow the
 gradient). The records name it (`ooospec.models.arithmetic.Arithmetic.kernels`).
 """
 
