@@ -31,10 +31,11 @@ from ooospec.data.request import Call, Request
 from ooospec.models.context import PROMPT_TOO_LONG, model_context
 from ooospec.models.cache import expand_cache
 from ooospec.models.packed_linear import pack_linears
+from ooospec.sidecar.copy_values import CopySettings, SpanCopier, request_text, string_slot
 from ooospec.sidecar.join import DroppedSlot, join_rows
 from ooospec.sidecar.protocol import MODES, Prediction
 from ooospec.sidecar.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix, target_text,
-                                   tool_required)
+                                   tool_properties, tool_required)
 
 
 # The one default of ``required_values`` (every hop below passes it on): on, as the runtime serves
@@ -128,8 +129,12 @@ class SlotPredictor:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, prompt: SlotPromptConfig = SlotPromptConfig(),
                  max_new_tokens: int = 32, eos_token_ids: list[int] | None = None,
-                 required_values: bool = REQUIRED_VALUES):
+                 required_values: bool = REQUIRED_VALUES, copy_values: CopySettings | None = None):
         self.model = model.eval()
+        # With ``copy_values`` a string slot's value stays a span of the request's text unless the
+        # model is sure it is not (`ooospec.sidecar.copy_values`); None: plain argmax.
+        self.copy_values = copy_values
+        self._token_texts: list[str] | None = None
         # With ``required_values`` a row asking for a parameter its function's schema marks
         # required may not answer null (`NullBan`). A small sidecar trained on few calls learns
         # that most rows are null (every candidate function's parameters are asked) and then
@@ -154,12 +159,14 @@ class SlotPredictor:
 
     @torch.no_grad()
     def generate_rows(self, prefix_ids: list[int], questions: list[list[int]], share_prefix: bool = True,
-                      prefix_cache: Any = None, no_null: list[bool] | None = None) -> _Generation:
+                      prefix_cache: Any = None, no_null: list[bool] | None = None,
+                      copier: SpanCopier | None = None) -> _Generation:
         """Greedy answers of ``questions`` after one prefix, as one shrinking batch.
 
         With ``share_prefix`` the prefix runs once (or not at all when ``prefix_cache`` is given);
         without it, every row carries the whole prefix (the no-sharing ablation). Rows flagged in
-        ``no_null`` may not start their answer with null.
+        ``no_null`` may not start their answer with null; ``copier`` picks the tokens of the rows
+        it constrains (copy-aware string slots).
         """
         batch = len(questions)
         if share_prefix:
@@ -193,7 +200,7 @@ class SlotPredictor:
         for step in range(self.max_new_tokens):
             if guard is not None:  # rows of ``active``, in order: flagged and still blank
                 logits = self._null_ban.apply(logits, guard)
-            chosen = logits.argmax(-1).tolist()
+            chosen = logits.argmax(-1).tolist() if copier is None else copier.choose(logits, active, self.eos)
             still: list[int] = []
             for row_pos, row in enumerate(active):
                 if chosen[row_pos] in self.eos:
@@ -240,6 +247,21 @@ class SlotPredictor:
         required = {tool["name"]: tool_required(tool) for tool in request.tools}
         return [k.function is not None and k.parameter in required.get(k.function, ()) for k in keys]
 
+    def token_texts(self) -> list[str]:
+        """The text of every token id (decoded once, on first use)."""
+        if self._token_texts is None:
+            self._token_texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))],
+                                                            skip_special_tokens=False)
+        return self._token_texts
+
+    def copier(self, request: Request, keys: list[RowKey]) -> SpanCopier | None:
+        """Copy-aware decoding of the string slots among ``keys`` (None when the option is off)."""
+        if self.copy_values is None:
+            return None
+        schemas = {tool["name"]: tool_properties(tool) for tool in request.tools}
+        rows = [k.function is not None and string_slot(schemas.get(k.function, {}).get(k.parameter)) for k in keys]
+        return SpanCopier(self.token_texts(), request_text(request), rows, self.copy_values, self._answer_lead)
+
     def context_refusal(self, prefix: list[int], questions: list[list[int]]) -> str | None:
         """Why rows of ``questions`` after ``prefix`` do not fit the sidecar's context (None: they
         do): every row needs its prefix, its question and ``max_new_tokens`` positions."""
@@ -280,7 +302,8 @@ class SlotPredictor:
         refusal = self.context_refusal(prefix, encoded)
         if refusal is not None:
             return self._refused(request, mode, refusal, start, len(prefix))
-        gen = self.generate_rows(prefix, encoded, share_prefix, no_null=self._no_null(request, list(keys)))
+        gen = self.generate_rows(prefix, encoded, share_prefix, no_null=self._no_null(request, list(keys)),
+                                 copier=self.copier(request, list(keys)))
         latency = time.perf_counter() - start
         return self._result(request, mode, self._rows(list(keys), gen), latency, len(prefix), gen.forwards)
 
@@ -346,7 +369,8 @@ class SlotPredictor:
 
     @classmethod
     def from_frozen(cls, adapter_dir: Path, profile: str = "cpu", max_new_tokens: int | None = None,
-                    required_values: bool = REQUIRED_VALUES, packed: bool = True) -> "SlotPredictor":
+                    required_values: bool = REQUIRED_VALUES, packed: bool = True,
+                    copy_values: CopySettings | None = None) -> "SlotPredictor":
         """The sidecar base of ``profile`` cut to the adapter's layer count, adapter merged.
 
         ``max_new_tokens`` defaults to the value the adapter was evaluated with. With ``packed`` (as
@@ -370,7 +394,8 @@ class SlotPredictor:
         prompt = SlotPromptConfig(**record["prompt"])
         if max_new_tokens is None:
             max_new_tokens = record["config"].get("max_new_tokens", 32)
-        return cls(model, tokenizer, prompt, max_new_tokens=max_new_tokens, required_values=required_values)
+        return cls(model, tokenizer, prompt, max_new_tokens=max_new_tokens, required_values=required_values,
+                   copy_values=copy_values)
 
 
 class SlotWavePredictor:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import random
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -40,6 +41,7 @@ SAMPLE_REQUESTS = 3  # rows of this many requests per split are kept with a comm
 
 
 TRACES_BEFORE_OPTION = 1500  # committed training traces when `SidecarConfig.teacher_requests` came in
+DEV_SPLITS = ("hash", "api_disjoint")
 
 
 @dataclass
@@ -68,6 +70,16 @@ class SidecarConfig:
     # on, so each preset names its N. Left out of the key at 1,500 (the traces every adapter
     # before the option was trained with), so those adapters keep their keys.
     teacher_requests: int | None = TRACES_BEFORE_OPTION
+    # "api_disjoint": train and dev from `ooospec.data.api_disjoint` (no dev function in train);
+    # "hash": the data build's hash split. Left out of the key at "hash".
+    dev_split: str = "hash"
+    # at most this many tools per training prompt, distractors drawn from the training tool pool
+    # (`ooospec.training.distractors`); None: the request's own tools. Left out of the key at None.
+    distractors: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dev_split not in DEV_SPLITS:
+            raise ValueError(f"SidecarConfig.dev_split must be one of {DEV_SPLITS}, got {self.dev_split!r}")
 
     def key_config(self) -> dict[str, Any]:
         """What keys the stage directory and a committed adapter's record."""
@@ -76,6 +88,10 @@ class SidecarConfig:
             del out["init_from"]
         if out["teacher_requests"] == TRACES_BEFORE_OPTION:
             del out["teacher_requests"]
+        if out["dev_split"] == "hash":
+            del out["dev_split"]
+        if out["distractors"] is None:
+            del out["distractors"]
         return out
 
     def key(self) -> str:
@@ -87,7 +103,10 @@ class SidecarConfig:
         traces = ("" if self.teacher_requests == TRACES_BEFORE_OPTION
                   else f"-traces{'all' if self.teacher_requests is None else self.teacher_requests}")
         dialogue = "-calls" if self.prompt.get("dialogue") == CALLS_DIALOGUE else ""
-        return f"sidecar-{self.profile}-k{layers}" + traces + dialogue + ("-pass2" if self.init_from else "")
+        disjoint = "-disjoint" if self.dev_split == "api_disjoint" else ""
+        distractors = f"-d{self.distractors}" if self.distractors else ""
+        return (f"sidecar-{self.profile}-k{layers}" + traces + dialogue + disjoint + distractors
+                + ("-pass2" if self.init_from else ""))
 
 
 def committed_adapters_dir() -> Path:
@@ -131,6 +150,29 @@ def load_requests(split: str) -> list[Request]:
     from ooospec.data import load_split
 
     return load_split(split)
+
+
+def load_splits(cfg: SidecarConfig) -> dict[str, list[Request]]:
+    """The train and dev requests a config trains and checks on (`SidecarConfig.dev_split`)."""
+    if cfg.dev_split == "api_disjoint":
+        from ooospec.data.api_disjoint import load_api_disjoint
+
+        split = load_api_disjoint()
+        return {"train": split.train, "dev": split.dev}
+    return {"train": load_requests("train"), "dev": load_requests("dev")}
+
+
+def add_distractors(requests: list[Request], cfg: SidecarConfig, tokenizer: Any,
+                    prompt: SlotPromptConfig) -> list[Request]:
+    """The training requests with distractor tools (`ooospec.training.distractors`), each kept within
+    the prefix limit (a distractor that would push it over is left out)."""
+    from ooospec.training.distractors import tool_pool, with_distractors
+
+    pool = tool_pool(requests)
+    fits = lambda r: len(encode(tokenizer, request_prefix(r, prompt))) <= cfg.max_prefix_tokens  # noqa: E731
+    seed = cfg.lora.get("seed", 0)
+    return [with_distractors(r, pool, cfg.distractors, seed, fits) for r in
+            progress_bar(requests, desc="distractors", unit="req")]
 
 
 def teacher_traces(requests: list[Request], profile: str,
@@ -363,9 +405,11 @@ def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None 
     stage = Stage(STAGE_NAME, cfg.key_config())
     prompt = SlotPromptConfig(**cfg.prompt)
     lora = LoraTrainConfig(**cfg.lora)
-    splits = requests or {"train": load_requests("train"), "dev": load_requests("dev")}
+    splits = dict(requests or load_splits(cfg))
     model, tokenizer, base_info = load_base(cfg)
     eos_id = tokenizer.eos_token_id
+    if cfg.distractors:
+        splits["train"] = add_distractors(splits["train"], cfg, tokenizer, prompt)
     by_id = {r.id: r for split in splits.values() for r in split}
 
     selections, origins, rows, counts = {}, {}, {}, {}
@@ -377,7 +421,9 @@ def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None 
         write_rows(stage.path(f"rows_{split}.jsonl"), rows[split])
         sample_ids = {k.request_id for k in selections[split].kept[:SAMPLE_REQUESTS]}
         write_rows(stage.path(f"rows_{split}_sample.jsonl"), [r for r in rows[split] if r.request_id in sample_ids])
+        tools = Counter(len(by_id[k.request_id].tools) for k in selections[split].kept)
         counts[split] = {**row_counts(rows[split]), "split_requests": len(splits[split]),
+                         "tools_per_prompt": {str(n): tools[n] for n in sorted(tools)},
                          "calls_by_origin": kept_origins(selections[split]),
                          "dropped": dict(selections[split].dropped)}
     (stage.path("counts.json")).write_text(json.dumps({"counts": counts, "origins": origins}, indent=2))
@@ -462,6 +508,15 @@ SCALE_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "train_requests": None, 
 # was trained, is on the differences page ("The committed sidecar adapters").
 CALLS_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "prompt": SlotPromptConfig(dialogue=CALLS_DIALOGUE).to_dict()})
 
+# the recipe for APIs it has not seen: the paper's recipe (one pass, 1,500 requests, teacher calls
+# where traced) on the API-disjoint split's training side, every committed trace eligible, with the
+# prompt that shows earlier calls and keeps the request, and distractor tools up to nine per
+# prompt. Whether it replaces `full` is decided on the API-disjoint dev by the rule written on the
+# differences page before it was trained ("Choosing the served adapter on unseen APIs").
+DISJOINT_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "teacher_requests": None, "dev_requests": None,
+                                   "prompt": SlotPromptConfig(dialogue=CALLS_DIALOGUE).to_dict(),
+                                   "dev_split": "api_disjoint", "distractors": 9})
+
 # Which preset is `full`, and the dev comparisons that chose it, are in the book (differences page,
 # "The committed sidecar adapters"); every committed adapter's record holds its own dev metrics.
 PRESETS = {
@@ -470,6 +525,7 @@ PRESETS = {
     "teacher": PAPER_RECIPE,  # one pass (committed too: the second pass starts from it)
     "scale": SCALE_RECIPE,  # every committed trace (committed beside `full`)
     "calls": CALLS_RECIPE,  # `teacher` with earlier calls and the request always in the prompt (not committed)
+    "disjoint": DISJOINT_RECIPE,  # for unseen APIs: API-disjoint train, calls prompt, distractors
     "gold200": SidecarConfig(calls="gold"),  # the gold calls of 200 requests, fp32
     # a retrain that fits the cpu profile's 30-minute budget together with teacher and tool LoRA
     "budget": SidecarConfig(train_requests=40, dev_requests=20),

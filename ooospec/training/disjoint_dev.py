@@ -1,0 +1,125 @@
+"""Sidecar choices scored on the API-disjoint dev (`ooospec.data.api_disjoint`).
+
+Every sidecar choice (an adapter, a decoding option) is scored here against the target's own call
+for the request (its teacher trace: what greedy verification accepts), on dev requests none of
+whose functions occur in the training split. An adapter trained before this split existed may
+have trained on some of these requests (they came from the hash split's train side); each scored
+request records whether it did (``seen_in_training``), and the summary is given for all requests
+and for the unseen ones alone.
+
+The waves are written to a stage keyed by the adapter's hash, the decoding options and the split's
+settings, one line per request, so an interrupted run resumes where it stopped.
+``python -m ooospec.training.disjoint_dev --adapter <dir> [--copy-margin M]`` scores one choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ooospec.data.api_disjoint import ApiDisjointSplit, load_api_disjoint, source_of
+from ooospec.data.request import Call, Request
+from ooospec.models.adapters import read_frozen
+from ooospec.paths import shown
+from ooospec.progress import progress_bar
+from ooospec.sidecar.copy_values import CopySettings
+from ooospec.sidecar.metrics import rescore, score_to_dict, score_wave
+from ooospec.sidecar.predictor import REQUIRED_VALUES, SlotPredictor
+from ooospec.stage import Stage, append_jsonl, read_jsonl
+from ooospec.training.sidecar import SidecarConfig, drop_long_prefixes, select_calls, subset
+
+STAGE_NAME = "sidecar-disjoint-dev"
+
+
+@dataclass(frozen=True)
+class DecodingChoice:
+    """How the sidecar decodes on dev: as served (required slots filled), optionally copy-aware."""
+
+    required_values: bool = REQUIRED_VALUES
+    copy_values: CopySettings | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"required_values": self.required_values,
+                "copy_values": None if self.copy_values is None else self.copy_values.to_dict()}
+
+
+def target_calls(requests: list[Request], profile: str = "cpu") -> dict[str, Call]:
+    """The target's own first call per request (committed teacher traces, every one of them)."""
+    selection, _ = select_calls(requests, "dev", SidecarConfig(profile=profile, calls="teacher", teacher_requests=None))
+    return {k.request_id: k.call for k in selection.kept if k.origin == "teacher"}
+
+
+def trained_on(record: dict[str, Any], train: list[Request], tokenizer: Any) -> set[str]:
+    """Ids of the requests an adapter trained on, re-drawn from its own config (the same selection,
+    prefix limit and seeded subset its training ran)."""
+    from ooospec.sidecar.slots import SlotPromptConfig
+
+    cfg = SidecarConfig(**record["config"])
+    selection, _ = select_calls(train, "train", cfg)
+    by_id = {r.id: r for r in train}
+    selection = drop_long_prefixes(by_id, selection, tokenizer, SlotPromptConfig(**cfg.prompt), cfg.max_prefix_tokens)
+    chosen = subset(selection, cfg.train_requests, cfg.lora.get("seed", 0))
+    return {k.request_id for k in chosen.kept}
+
+
+def score_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), profile: str = "cpu",
+                 split: ApiDisjointSplit | None = None, limit: int | None = None) -> dict[str, Any]:
+    """Waves of one adapter + decoding choice on the API-disjoint dev, scored against the target's
+    call; resumable by request. Returns the summary over all scored requests and the unseen ones."""
+    from ooospec.data import load_split
+
+    adapter_dir = Path(adapter_dir)
+    record = read_frozen(adapter_dir)
+    split = split or load_api_disjoint()
+    references = target_calls(split.dev, profile)
+    requests = [r for r in split.dev if r.id in references][:limit]
+    stage = Stage(STAGE_NAME, {"adapter_sha256": record["sha256"], "profile": profile, **choice.to_dict(),
+                               "split": split.settings})
+    out = stage.path("waves.jsonl")
+    done = {w["request_id"] for w in read_jsonl(out)} if out.exists() else set()
+    todo = [r for r in requests if r.id not in done]
+    if todo:
+        predictor = SlotPredictor.from_frozen(adapter_dir, profile, required_values=choice.required_values,
+                                              copy_values=choice.copy_values)
+        seen = trained_on(record, load_split("train"), predictor.tokenizer)
+        for request in progress_bar(todo, desc=f"disjoint dev {record['name']}", unit="req"):
+            wave = predictor.predict_wave(request)
+            score = score_wave(request, references[request.id], wave)
+            append_jsonl(out, [{**wave.to_dict(), "score": score_to_dict(score), "source": source_of(request),
+                                "seen_in_training": request.id in seen,
+                                "reference": references[request.id].to_dict()}])
+    waves = [w for w in read_jsonl(out) if w["request_id"] in {r.id for r in requests}]
+    by_id = {r.id: r for r in requests}
+    unseen = [w for w in waves if not w["seen_in_training"]]
+    summary = {"adapter": record["name"], "adapter_sha256": record["sha256"][:12], "choice": choice.to_dict(),
+               "all": rescore(waves, by_id, references), "unseen": rescore(unseen, by_id, references),
+               "by_source": {s: rescore([w for w in waves if w["source"] == s], by_id, references)
+                             for s in sorted({w["source"] for w in waves})}}
+    stage.path("summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Score a sidecar adapter + decoding on the API-disjoint dev.")
+    parser.add_argument("--adapter", required=True, type=Path, help="a frozen adapter folder")
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--copy-margin", type=float, default=None, help="copy-aware string slots, this margin")
+    parser.add_argument("--raw", action="store_true", help="the adapter's raw answers (required slots may be null)")
+    parser.add_argument("--limit", type=int, default=None)
+    args = parser.parse_args()
+    choice = DecodingChoice(required_values=not args.raw,
+                            copy_values=None if args.copy_margin is None else CopySettings(margin=args.copy_margin))
+    summary = score_choice(args.adapter, choice, args.profile, limit=args.limit)
+    print(shown(args.adapter), json.dumps(choice.to_dict()))
+    for part in ("all", "unseen"):
+        m = summary[part]
+        print(f"{part:7s} n={m.get('requests')} function={m.get('function_index_accuracy')} "
+              f"values={m.get('argument_value_exact_match')} whole call={m.get('whole_call_exact_match')} "
+              f"median wave={m.get('median_wave_latency_s')} s")
+
+
+if __name__ == "__main__":
+    main()

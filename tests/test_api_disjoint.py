@@ -1,0 +1,105 @@
+"""The API-disjoint dev split and the distractor tools of training prompts."""
+
+import random
+
+import pytest
+
+from ooospec.data.api_disjoint import NotDisjoint, api_disjoint_split, check_disjoint, function_names
+from ooospec.data.request import Call, Request
+from ooospec.training.distractors import NoToolPool, tool_pool, with_distractors
+
+
+def tool(name):
+    return {"name": name, "description": f"does {name}",
+            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}
+
+
+def req(rid, names, source="src", split="train"):
+    tools = [tool(n) for n in names]
+    return Request(f"{source}-{rid}", source, split, [{"role": "user", "content": f"please {rid}"}], tools,
+                   [Call(names[0], {"x": "a"})])
+
+
+def pool_of(n=300, seed=0):
+    """Requests over a shared name pool, as Seal-Tools and API-Bank look: names recur across requests."""
+    rng = random.Random(seed)
+    names = [f"api_{i}" for i in range(120)]
+    out = []
+    for i in range(n):
+        source = ("alpha", "beta", "gamma")[i % 3]
+        out.append(req(i, rng.sample(names, rng.randint(1, 5)), source, "dev" if i % 10 == 0 else "train"))
+    out.append(req("proto", ["ToolSearcher"], "alpha"))  # protocol tools only: no names, never placed
+    return out
+
+
+def test_no_dev_function_occurs_in_train_and_every_pool_request_is_placed_once():
+    requests = pool_of()
+    split = api_disjoint_split([r for r in requests if r.split == "train"], [r for r in requests if r.split == "dev"],
+                               dev_requests=40, max_per_source=20)
+    train_names = {n for r in split.train for n in function_names(r)}
+    assert split.dev and split.train
+    assert not any(function_names(r) & train_names for r in split.dev)
+    ids = [r.id for r in split.train + split.dev + split.dropped]
+    assert len(ids) == len(set(ids)) == len(requests) - 1
+    assert {r.id.split("-")[0] for r in split.dev} == {"alpha", "beta", "gamma"}  # every source has a share
+    counts = split.counts()
+    assert counts["dev"]["requests"] == len(split.dev)
+    assert sum(counts["dev"]["by_source"].values()) == len(split.dev)
+
+
+def test_the_split_is_deterministic_and_salted():
+    requests = pool_of()
+    train, dev = [r for r in requests if r.split == "train"], [r for r in requests if r.split == "dev"]
+    first = api_disjoint_split(train, dev, dev_requests=40)
+    again = api_disjoint_split(list(reversed(train)), dev, dev_requests=40)
+    assert sorted(r.id for r in first.dev) == sorted(r.id for r in again.dev)
+    other = api_disjoint_split(train, dev, dev_requests=40, salt="another")
+    assert sorted(r.id for r in first.dev) != sorted(r.id for r in other.dev)
+
+
+def test_a_shared_name_is_named_with_both_requests():
+    a, b = req("a", ["Get.Weather"]), req("b", ["get_weather", "other"])
+    with pytest.raises(NotDisjoint, match=r"dev request src-b offers 'get_weather', also offered by training request src-a"):
+        check_disjoint([a], [b])
+
+
+def test_distractors_come_from_the_pool_keep_the_label_and_fit():
+    requests = pool_of(60)
+    pool = tool_pool(requests)
+    counts = []
+    for request in requests[:-1]:
+        out = with_distractors(request, pool, max_tools=9)
+        names = [t["name"] for t in out.tools]
+        assert len(names) == len(set(names)) and set(t["name"] for t in request.tools) <= set(names)
+        assert len(out.tools) <= max(9, len(request.tools))
+        assert out.gold == request.gold and out.id == request.id and out.prompt_hash == request.prompt_hash
+        assert out.tools == with_distractors(request, pool, max_tools=9).tools  # seeded by the request
+        counts.append(len(out.tools))
+    assert max(counts) >= 8 and min(counts) <= 2
+    short = with_distractors(requests[0], pool, max_tools=9, fits=lambda r: len(r.tools) <= 3)
+    assert len(short.tools) <= max(3, len(requests[0].tools))
+
+
+def test_a_source_without_tools_is_refused_by_name():
+    requests = pool_of(6) + [req("p", ["ToolSearcher"], "lonely")]
+    with pytest.raises(NoToolPool, match="training source 'lonely' has no tool"):
+        tool_pool(requests)
+
+
+def test_a_distractor_config_trains_on_more_tools_than_the_requests_offer(tmp_path, monkeypatch):
+    from ooospec.training.lora import LoraTrainConfig
+    from ooospec.training.sidecar import SidecarConfig, train_sidecar
+
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    requests = pool_of(60)
+    splits = {"train": [r for r in requests[:-1] if len(r.tools) <= 2][:4], "dev": [requests[1]]}
+    cfg = SidecarConfig(base="tiny", calls="gold", train_requests=4, dev_requests=None, max_new_tokens=4,
+                        distractors=6, max_prefix_tokens=100_000,
+                        lora=LoraTrainConfig(lr=1e-3, checkpoint_every=1).to_dict())
+    assert cfg.committed_name.endswith("-d6") and "distractors" in cfg.key_config()
+    assert "distractors" not in SidecarConfig().key_config() and "dev_split" not in SidecarConfig().key_config()
+    run = train_sidecar(cfg, requests=splits, progress=lambda _: None)
+    tools = run.record["row_counts"]["train"]["tools_per_prompt"]
+    assert sum(tools.values()) == 4 and max(int(n) for n in tools) > 2  # every request offered one or two
+    with pytest.raises(ValueError, match="dev_split"):
+        SidecarConfig(dev_split="random")
