@@ -103,3 +103,26 @@ def test_a_distractor_config_trains_on_more_tools_than_the_requests_offer(tmp_pa
     assert sum(tools.values()) == 4 and max(int(n) for n in tools) > 2  # every request offered one or two
     with pytest.raises(ValueError, match="dev_split"):
         SidecarConfig(dev_split="random")
+
+
+def test_the_committed_table_reads_scores_and_splits_unseen_requests(tmp_path, monkeypatch):
+    import json
+
+    from ooospec.training.disjoint_dev import committed_dir, committed_table
+
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    out = committed_dir()
+    out.mkdir(parents=True)
+    score = {"request_id": "", "function_correct": True, "argument_rows": 2, "argument_correct": 2, "value_rows": 1,
+             "value_correct": 1, "null_true_pos": 1, "null_predicted": 1, "null_reference": 1, "call_exact": True,
+             "invalid_answers": 0, "latency_s": 1.0, "payload_bytes": 20, "rows": 3}
+    waves = [{"request_id": f"r{i}", "seen_in_training": i < 2,
+              "score": {**score, "request_id": f"r{i}", "call_exact": i % 2 == 0, "latency_s": float(i)}}
+             for i in range(5)]
+    (out / "a--served.jsonl").write_text("".join(json.dumps(w) + "\n" for w in waves))
+    (out / "a--served.json").write_text(json.dumps({"adapter": "a", "label": "served",
+                                                     "machine": {"cpu_capability": "AVX2", "cpu": "test cpu"}}))
+    row = committed_table().iloc[0]
+    assert (row["requests"], row["unseen requests"]) == (5, 3)
+    assert row["whole call"] == 0.6 and row["whole call (unseen)"] == round(2 / 3, 4)
+    assert row["median wave s"] == 2.0 and row["machine"] == "AVX2, test cpu"

@@ -18,7 +18,7 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ooospec.data.api_disjoint import ApiDisjointSplit, load_api_disjoint, source_of
 from ooospec.data.request import Call, Request
@@ -31,7 +31,11 @@ from ooospec.sidecar.predictor import REQUIRED_VALUES, SlotPredictor
 from ooospec.stage import Stage, append_jsonl, read_jsonl
 from ooospec.training.sidecar import SidecarConfig, drop_long_prefixes, select_calls, subset
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 STAGE_NAME = "sidecar-disjoint-dev"
+COMMITTED = "sidecar-disjoint-dev"  # artifacts/committed/<this>/<label>.jsonl + .json: what the book shows
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,12 @@ class DecodingChoice:
     def to_dict(self) -> dict[str, Any]:
         return {"required_values": self.required_values,
                 "copy_values": None if self.copy_values is None else self.copy_values.to_dict()}
+
+    @property
+    def label(self) -> str:
+        """How the book names it: ``served`` (required slots filled), ``raw``, ``+copy<margin>``."""
+        base = "served" if self.required_values else "raw"
+        return base if self.copy_values is None else f"{base}+copy{self.copy_values.margin:g}"
 
 
 def target_calls(requests: list[Request], profile: str = "cpu") -> dict[str, Call]:
@@ -65,6 +75,11 @@ def trained_on(record: dict[str, Any], train: list[Request], tokenizer: Any) -> 
     return {k.request_id for k in chosen.kept}
 
 
+def choice_stage(record: dict[str, Any], choice: DecodingChoice, profile: str, split: ApiDisjointSplit) -> Stage:
+    return Stage(STAGE_NAME, {"adapter_sha256": record["sha256"], "profile": profile, **choice.to_dict(),
+                              "split": split.settings})
+
+
 def score_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), profile: str = "cpu",
                  split: ApiDisjointSplit | None = None, limit: int | None = None) -> dict[str, Any]:
     """Waves of one adapter + decoding choice on the API-disjoint dev, scored against the target's
@@ -76,8 +91,7 @@ def score_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), p
     split = split or load_api_disjoint()
     references = target_calls(split.dev, profile)
     requests = [r for r in split.dev if r.id in references][:limit]
-    stage = Stage(STAGE_NAME, {"adapter_sha256": record["sha256"], "profile": profile, **choice.to_dict(),
-                               "split": split.settings})
+    stage = choice_stage(record, choice, profile, split)
     out = stage.path("waves.jsonl")
     done = {w["request_id"] for w in read_jsonl(out)} if out.exists() else set()
     todo = [r for r in requests if r.id not in done]
@@ -102,6 +116,60 @@ def score_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), p
     return summary
 
 
+def committed_dir() -> Path:
+    from ooospec.paths import artifacts_dir
+
+    return artifacts_dir() / "committed" / COMMITTED
+
+
+def commit_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), profile: str = "cpu") -> Path:
+    """Copy a finished choice's per-request scores (not its rows) and its provenance next to the
+    other committed assets, so the book shows them without running the sidecar."""
+    from ooospec.training.sidecar import _provenance
+    from ooospec.training.teacher import code_commit
+
+    record = read_frozen(Path(adapter_dir))
+    split = load_api_disjoint()
+    summary = score_choice(adapter_dir, choice, profile, split)
+    waves = list(read_jsonl(choice_stage(record, choice, profile, split).path("waves.jsonl")))
+    name = f"{record['name']}--{choice.label}"
+    out = committed_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    keep = ("request_id", "source", "seen_in_training", "payload", "reference", "score", "latency_s", "reason")
+    append_jsonl(out / f"{name}.jsonl.tmp", [{k: w.get(k) for k in keep} for w in waves])
+    (out / f"{name}.jsonl.tmp").replace(out / f"{name}.jsonl")
+    provenance = {"adapter": record["name"], "adapter_sha256": record["sha256"], "choice": choice.to_dict(),
+                  "label": choice.label, "profile": profile, "split": split.settings, "requests": len(waves),
+                  "summary": summary, "code_commit": code_commit(), "made_by": "ooospec.training.disjoint_dev",
+                  **_provenance()}
+    (out / f"{name}.json").write_text(json.dumps(provenance, indent=2) + "\n")
+    return out / f"{name}.jsonl"
+
+
+def committed_table() -> "pd.DataFrame":
+    """One row per committed adapter + decoding choice: n, function, values, whole call (all and
+    unseen-in-training requests), nulls where the target wrote a value, median wave time."""
+    import pandas as pd
+
+    from ooospec.sidecar.metrics import RequestScore, summarize
+
+    rows = []
+    for path in sorted(committed_dir().glob("*.json")):
+        info = json.loads(path.read_text())
+        waves = list(read_jsonl(path.with_suffix(".jsonl")))
+        scores = {part: summarize(RequestScore(**w["score"]) for w in waves if part == "all" or not w["seen_in_training"])
+                  for part in ("all", "unseen")}
+        rows.append({"adapter": info["adapter"], "decoding": info["label"], "requests": scores["all"]["requests"],
+                     "function": scores["all"]["function_index_accuracy"],
+                     "values": scores["all"]["argument_value_exact_match"],
+                     "whole call": scores["all"]["whole_call_exact_match"],
+                     "unseen requests": scores["unseen"]["requests"],
+                     "whole call (unseen)": scores["unseen"]["whole_call_exact_match"],
+                     "median wave s": scores["all"]["median_wave_latency_s"],
+                     "machine": f"{info['machine']['cpu_capability']}, {info['machine']['cpu']}"})
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Score a sidecar adapter + decoding on the API-disjoint dev.")
     parser.add_argument("--adapter", required=True, type=Path, help="a frozen adapter folder")
@@ -109,6 +177,7 @@ def main() -> None:
     parser.add_argument("--copy-margin", type=float, default=None, help="copy-aware string slots, this margin")
     parser.add_argument("--raw", action="store_true", help="the adapter's raw answers (required slots may be null)")
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--commit", action="store_true", help="copy the finished scores to artifacts/committed/")
     args = parser.parse_args()
     choice = DecodingChoice(required_values=not args.raw,
                             copy_values=None if args.copy_margin is None else CopySettings(margin=args.copy_margin))
@@ -119,6 +188,8 @@ def main() -> None:
         print(f"{part:7s} n={m.get('requests')} function={m.get('function_index_accuracy')} "
               f"values={m.get('argument_value_exact_match')} whole call={m.get('whole_call_exact_match')} "
               f"median wave={m.get('median_wave_latency_s')} s")
+    if args.commit:
+        print("committed", shown(commit_choice(args.adapter, choice, args.profile)))
 
 
 if __name__ == "__main__":
