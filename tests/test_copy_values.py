@@ -100,3 +100,25 @@ def test_copy_aware_wave_keeps_a_memorized_invented_value_inside_the_request():
         assert isinstance(city, str) and city and city in req.messages[0]["content"], city
         assert copied.arguments["days"] == 3
         assert json.dumps(copied.arguments["days"]) == "3"
+
+
+def test_an_adapter_whose_prompt_this_service_cannot_render_is_refused_by_name():
+    import pytest
+
+    from ooospec.models.adapters import read_frozen
+    from ooospec.paths import artifacts_dir
+    from ooospec.sidecar.predictor import AdapterPromptMismatch, adapter_prompt
+    from ooospec.sidecar.slots import CALLS_DIALOGUE, SlotPromptConfig
+
+    for adapter in sorted((artifacts_dir() / "committed" / "adapters").glob("sidecar-*/adapter")):
+        record = read_frozen(adapter)
+        assert adapter_prompt(record, adapter).to_dict() == record["prompt"]  # every committed adapter is served
+    calls = SlotPromptConfig(dialogue=CALLS_DIALOGUE).to_dict()
+    assert adapter_prompt({"prompt": calls, "config": {"prompt": calls}}, "x") == SlotPromptConfig(**calls)
+    bad = [({"prompt": {**calls, "max_hints": 3}, "config": {"prompt": {**calls, "max_hints": 3}}}, "does not match"),
+           ({"prompt": {**calls, "dialogue": "xml"}, "config": {"prompt": {**calls, "dialogue": "xml"}}}, "does not match"),
+           ({"prompt": calls, "config": {"prompt": SlotPromptConfig().to_dict()}}, "differs from its training"),
+           ({"config": {}}, "no prompt config")]
+    for record, why in bad:
+        with pytest.raises(AdapterPromptMismatch, match=f"sidecar adapter some/adapter: .*{why}"):
+            adapter_prompt(record, "some/adapter")

@@ -85,6 +85,30 @@ class WaveResult:
                    data["prefix_tokens"], rows, data["forwards"], dropped, data.get("reason"))
 
 
+class AdapterPromptMismatch(ValueError):
+    """A frozen adapter whose prompt config this service cannot render exactly as it was trained."""
+
+
+def adapter_prompt(record: dict[str, Any], adapter_dir: Path | str) -> SlotPromptConfig:
+    """The prompt an adapter was trained with, as this code renders it; refused (one line naming the
+    adapter) when its record's prompt is not one `SlotPromptConfig` reproduces field for field, or
+    differs from the prompt its training config names: never served with another prompt."""
+    prompt = record.get("prompt")
+    trained = (record.get("config") or {}).get("prompt", prompt)
+    where = f"sidecar adapter {adapter_dir}"
+    if not isinstance(prompt, dict):
+        raise AdapterPromptMismatch(f"{where}: its record holds no prompt config")
+    if trained != prompt:
+        raise AdapterPromptMismatch(f"{where}: record prompt {prompt} differs from its training config's {trained}")
+    try:
+        config = SlotPromptConfig(**prompt)
+    except (TypeError, ValueError) as err:
+        raise AdapterPromptMismatch(f"{where}: prompt config {prompt} does not match this service's ({err})") from None
+    if config.to_dict() != prompt:
+        raise AdapterPromptMismatch(f"{where}: prompt config {prompt} would be served as {config.to_dict()}")
+    return config
+
+
 def encode(tokenizer: Any, text: str) -> list[int]:
     """Token ids of one prompt piece, without special tokens (pieces are concatenated as ids)."""
     return tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -382,6 +406,7 @@ class SlotPredictor:
         from ooospec.models.adapters import load_frozen_adapter, read_frozen
 
         record = read_frozen(adapter_dir)
+        prompt = adapter_prompt(record, adapter_dir)  # before any weight is loaded
         if record["config"].get("base") == "tiny":
             from ooospec.models.tiny import tiny_model_and_tokenizer
 
@@ -391,7 +416,6 @@ class SlotPredictor:
         model = load_frozen_adapter(model, adapter_dir, merge=True)
         if packed:  # after the merge: the packed copy is of the final weights
             pack_linears(model)
-        prompt = SlotPromptConfig(**record["prompt"])
         if max_new_tokens is None:
             max_new_tokens = record["config"].get("max_new_tokens", 32)
         return cls(model, tokenizer, prompt, max_new_tokens=max_new_tokens, required_values=required_values,
@@ -410,7 +434,7 @@ class SlotWavePredictor:
             record = read_frozen(Path(adapter_dir))
             model, tokenizer = load_sidecar_base(profile, record["num_layers"])
             pack_linears(model)
-            self.predictor = SlotPredictor(model, tokenizer, SlotPromptConfig(**record["prompt"]),
+            self.predictor = SlotPredictor(model, tokenizer, adapter_prompt(record, adapter_dir),
                                            max_new_tokens=max_new_tokens, required_values=required_values)
         else:
             self.predictor = SlotPredictor.from_frozen(Path(adapter_dir), profile, max_new_tokens,
