@@ -33,7 +33,11 @@ The bench and the ablations name every method as a string, so a notebook paramet
 * ``plain_hint`` (ooospec): the hint used as before it was bounded, gated and made to follow the
   target's function (`ooospec.decoding.out_of_order`): an ablation;
 * ``every_wave`` (ooospec): submit every request's wave, however late the run's waves have been (the
-  control of `ooospec.decoding.wave_gate.WaveGate`, which skips waves while they keep coming too late).
+  control of `ooospec.decoding.wave_gate.WaveGate`, which skips waves while they keep coming too late);
+* ``wave=prefill|deferred|none|policy`` (ooospec): when the wave runs (`ooospec.decoding.wave_policy`):
+  at arrival, during the target's prefill (the paper's and the default); right after the prefill,
+  which then runs on both cores; never (ToolSpec on the elastic placement: a control); or per request,
+  the least modelled end-to-end time on this machine's calibrated costs.
 
 `MethodSpec.name` is the canonical spelling (defaults left out, options in a fixed order), so
 ``"ooospec:delay=2.0"`` and ``"ooospec:delay=2"`` are one method.
@@ -51,6 +55,7 @@ from ooospec.decoding.retrieval import CallRetrieval
 from ooospec.decoding.schema_fsm import SchemaFSMSource
 from ooospec.decoding.toolspec import PLD_MODES, ToolSpec
 from ooospec.decoding.tree import TreeBudget
+from ooospec.decoding.wave_policy import SCHEDULES, WaveCosts, WavePolicy
 
 BASES = ("ar", "pld", "toolspec", "ooospec")
 SIDECAR_KINDS = ("slot", "base_only", "oracle", "gold")
@@ -76,6 +81,7 @@ def default_budget(target_name: str | None = None) -> TreeBudget:
     return DEFAULT_BUDGETS.get(target_name or "", TreeBudget())
 
 
+WAVES = (*SCHEDULES, "policy")
 _TOOLSPEC_PARTS = ("toolspec", "ooospec")
 _DRAFTING = ("pld", "toolspec", "ooospec")
 
@@ -103,6 +109,7 @@ class MethodSpec:
     hint_tokens: int = DEFAULT_HINT_TOKENS
     plain_hint: bool = False  # the earlier hint use (no share bound, no gate, no follow)
     every_wave: bool = False  # no wave gate: the sidecar gets every request, however late it runs
+    wave: str = "prefill"  # when the wave runs: a `SCHEDULES` value, or "policy" (chosen per request)
 
     def __post_init__(self) -> None:
         if self.base not in BASES:
@@ -115,6 +122,10 @@ class MethodSpec:
             raise ValueError("static is the own_core placement without lending; other placements never lend the core")
         if self.prefill_chunk is not None and not self.elastic:
             raise ValueError("prefill_chunk lets the elastic target switch cores inside its prefill: it needs elastic")
+        if self.wave not in WAVES:
+            raise ValueError(f"unknown wave schedule {self.wave!r}; one of {WAVES}")
+        if self.wave != "prefill" and (self.blocking or self.delay_s):
+            raise ValueError("wave=... moves or drops the wave; blocking and delay= measure the wave at arrival")
         if self.prefill_chunk == ELASTIC_PREFILL_CHUNK:  # the default spelt out: one method, one name
             object.__setattr__(self, "prefill_chunk", None)
 
@@ -177,6 +188,8 @@ class MethodSpec:
             parts.append("plain_hint")
         if self.every_wave:
             parts.append("every_wave")
+        if self.wave != "prefill":
+            parts.append(f"wave={self.wave}")
         return ":".join(parts)
 
     @property
@@ -246,6 +259,11 @@ def _parse_option(text: str, base: str, option: str) -> tuple[str, Any]:
     if key == "every_wave" and not value:
         need(("ooospec",))
         return "every_wave", True
+    if key == "wave":
+        need(("ooospec",))
+        if value not in WAVES:
+            raise ValueError(f"method {text!r}: wave={value!r}; one of {WAVES}")
+        return "wave", value
     if key in SIDECAR_KINDS and not value:
         need(("ooospec",))
         return "sidecar", key
@@ -316,11 +334,12 @@ class RetrievalOff(CallRetrieval):
         return None
 
 
-def method_sources(spec: MethodSpec, service: Any = None) -> list[DraftSource]:
+def method_sources(spec: MethodSpec, service: Any = None, wave_costs: WaveCosts | None = None) -> list[DraftSource]:
     """Fresh sources for one run of ``spec`` (kept across the run's requests: retrieval learns).
 
     With FSM and retrieval both silent in a round, ToolSpec's prompt-lookup fallback proposes,
-    as it does in the full method."""
+    as it does in the full method. ``wave_costs``: this machine's calibrated costs, which
+    ``wave=policy`` needs (`ooospec.decoding.wave_policy.WaveCosts`)."""
     if spec.base == "ar":
         return []
     if spec.base == "pld":
@@ -334,9 +353,12 @@ def method_sources(spec: MethodSpec, service: Any = None) -> list[DraftSource]:
         return [ToolSpec(**options)]
     if service is None:
         raise ValueError(f"method {spec.name!r} needs a sidecar service")
+    if spec.wave == "policy" and wave_costs is None:
+        raise ValueError(f"method {spec.name!r} needs this machine's wave costs (a calibration)")
+    policy = WavePolicy(wave_costs) if spec.wave == "policy" and wave_costs is not None else None
     return ooospec_sources(service, mode=spec.sidecar_mode, blocking=spec.blocking,
                            hint_tokens=spec.hint_tokens, plain_hint=spec.plain_hint, every_wave=spec.every_wave,
-                           **options)
+                           schedule="prefill" if policy else spec.wave, policy=policy, **options)
 
 
 def method_budget(spec: MethodSpec, target_name: str, default: TreeBudget | None = None) -> TreeBudget:

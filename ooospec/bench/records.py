@@ -29,6 +29,7 @@ def hint_fields(bank: HintBank | None, trace: list[dict[str, Any]]) -> dict[str,
     wave = next((e for e in trace if e["kind"] == "sidecar_wave"), None)
     return {
         "submitted": stats.submitted,
+        "schedule": stats.schedule,
         "ready_round": stats.ready_round,
         "ready_t": None if ready is None else ready["t"],
         "error": stats.error,

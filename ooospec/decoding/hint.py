@@ -21,7 +21,10 @@ bounds what a hint may take from ToolSpec's best draft (`ooospec.decoding.tree.T
 
 A wave that cannot arrive in time still costs the target (the two processes share the memory
 system), so a `WaveGate` may skip the submit while the run's recent waves all came too late
-(`ooospec.decoding.wave_gate`).
+(`ooospec.decoding.wave_gate`). When the wave runs is the bank's ``schedule``: at arrival (the
+paper's, ``prefill``), right after the target's prefill (``deferred``: the submit waits for the
+prefill's first token, so the target prefills on both cores), or per request as a `WavePolicy`
+chooses (`ooospec.decoding.wave_policy`); every request records its `WaveDecision`.
 
 Invalid payloads and sidecar failures are recorded in the trace and the bank offers nothing:
 decoding continues as plain ToolSpec. Invalid parts of a payload (a slot no parameter of its
@@ -41,6 +44,7 @@ from ooospec.decoding.schema_fsm import SchemaCompileError, SchemaFSM, compile_s
 from ooospec.decoding.text_drafts import tokens_continuing
 from ooospec.decoding.tree import shared_prefix
 from ooospec.decoding.wave_gate import WaveGate
+from ooospec.decoding.wave_policy import WaveDecision, WavePolicy
 from ooospec.sidecar.service import SidecarResult, SidecarService, SidecarTicket
 
 
@@ -197,7 +201,8 @@ class HintText:
 class HintStats:
     """What the bank did for one request (also emitted into the trace at the end)."""
 
-    submitted: bool = True  # False: the wave gate skipped this request's wave
+    submitted: bool = True  # False: the wave gate or the wave policy left this request without a wave
+    schedule: dict[str, Any] | None = None  # the `WaveDecision`: which schedule ran and why
     ready_round: int | None = None
     error: str | None = None
     payload_bytes: int = 0
@@ -215,16 +220,24 @@ class HintBank(DraftSource):
     committed text). ``follow``: use every function of the payload and, once the target has written
     a name, only that function's call. ``depth``: a `DepthSchedule`, or None for a fixed
     ``max_tokens``. ``wave_gate``: a `WaveGate` that skips the wave while the run's recent waves
-    all came too late (None: every request's wave is submitted). Where the request's schema does
-    not compile, there is no FSM and the bank aligns as if ungated (recorded in the stats)."""
+    all came too late (None: every request's wave is submitted). ``schedule``: when the wave is
+    submitted (`ooospec.decoding.wave_policy.SCHEDULES`), or ``policy``: a `WavePolicy` choosing per
+    request. Where the request's schema does not compile, there is no FSM and the bank aligns as if
+    ungated (recorded in the stats)."""
 
     name = "hint"
 
     def __init__(self, service: SidecarService, mode: str = "wave", blocking: bool = False,
                  max_tokens: int = 32, min_match: int = 3, gate: bool = True, follow: bool = True,
-                 depth: DepthSchedule | None = None, wave_gate: WaveGate | None = None):
+                 depth: DepthSchedule | None = None, wave_gate: WaveGate | None = None,
+                 schedule: str = "prefill", policy: WavePolicy | None = None):
         self.service, self.mode, self.blocking = service, mode, blocking
         self.wave_gate = wave_gate
+        WaveDecision.fixed(schedule)  # an unknown schedule fails here, naming it
+        if blocking and (policy is not None or schedule != "prefill"):
+            raise ValueError("a blocking bank waits for its hint at the first boundary: its wave runs at arrival")
+        self.schedule, self.policy = schedule, policy
+        self._submit_after_prefill = False
         self.max_tokens, self.min_match = max_tokens, min_match
         self.gate, self.follow, self.depth_settings = gate, follow, depth
         self.ticket: SidecarTicket | None = None
@@ -243,8 +256,14 @@ class HintBank(DraftSource):
         self._pending: list[int] = []
         self.fsm = None
         self.ticket = None
+        self._submit_after_prefill = False
         if self.wave_gate is not None and not self.wave_gate.submit():
             self.stats.submitted, self.stats.error = False, self.wave_gate.why_closed
+            ctx.trace.emit("sidecar_skipped", reason=self.stats.error)
+            return
+        decision = self._decide(ctx)
+        if not decision.has_wave:
+            self.stats.submitted, self.stats.error = False, f"no wave: {decision.why}"
             ctx.trace.emit("sidecar_skipped", reason=self.stats.error)
             return
         if (self.gate or self.follow) and ctx.surface is not None:
@@ -252,8 +271,25 @@ class HintBank(DraftSource):
                 self.fsm = SchemaFSM(compile_schema(ctx.request.tools, ctx.surface))
             except SchemaCompileError as err:
                 self.stats.extra["hint_fsm"] = f"none ({err}): ungated"
-        self.ticket = self.service.submit(ctx.request, self.mode)
-        ctx.trace.emit("sidecar_submit", mode=self.mode)
+        if decision.schedule == "deferred":
+            self._submit_after_prefill = True  # `observe` submits once the prefill's token is in
+            return
+        self._submit()
+
+    def _decide(self, ctx: DecodeContext) -> WaveDecision:
+        """This request's schedule (the policy's choice, else the bank's fixed one), recorded."""
+        if self.policy is None:
+            decision = WaveDecision.fixed(self.schedule)
+        else:
+            decision = self.policy.choose(len(ctx.prompt_ids), len(ctx.prompt_ids))
+        self.stats.schedule = decision.to_dict()
+        ctx.trace.emit("wave_schedule", **decision.to_dict())
+        return decision
+
+    def _submit(self) -> None:
+        self._submit_after_prefill = False
+        self.ticket = self.service.submit(self.ctx.request, self.mode)
+        self.ctx.trace.emit("sidecar_submit", mode=self.mode, schedule=self.stats.schedule["schedule"])
 
     def _to_trace_time(self, monotonic_t: float) -> float:
         """Sidecar timestamps (shared monotonic clock) on the trace's clock."""
@@ -351,7 +387,10 @@ class HintBank(DraftSource):
         return [Draft(tokens, "hint")]
 
     def observe(self, state: DecodeState, accepted: list[int]) -> None:
-        """After a round with a hint draft: did the target take all of it? (the depth schedule)"""
+        """After the prefill: a deferred wave is submitted. After a round with a hint draft: did the
+        target take all of it? (the depth schedule)"""
+        if self._submit_after_prefill:
+            self._submit()
         if self._pending and self.depth is not None:
             self.depth.update(shared_prefix(accepted, self._pending) >= len(self._pending))
         self._pending = []

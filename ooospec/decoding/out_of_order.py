@@ -24,6 +24,7 @@ from ooospec.decoding.hint import HintBank
 from ooospec.decoding.toolspec import ToolSpec
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.wave_gate import WaveGate
+from ooospec.decoding.wave_policy import WavePolicy
 from ooospec.sidecar.service import SidecarService
 
 DEFAULT_HINT_TOKENS = 32
@@ -35,14 +36,16 @@ HINT_SHARE = 0.75
 
 def ooospec_sources(service: SidecarService, *, mode: str = "wave", blocking: bool = False,
                     hint_tokens: int = DEFAULT_HINT_TOKENS, plain_hint: bool = False,
-                    every_wave: bool = False, **toolspec_options: Any) -> list[DraftSource]:
+                    every_wave: bool = False, schedule: str = "prefill", policy: WavePolicy | None = None,
+                    **toolspec_options: Any) -> list[DraftSource]:
     """Fresh sources for one run of OoO-Spec (the service outlives them: one model load per run).
     ``plain_hint``: the bank neither gated by the call's position nor following the target's function.
     ``every_wave``: every request's wave is submitted, however late the run's waves have been (the
-    control of the `WaveGate`; a blocking bank waits for its hint, so it is never late and has none)."""
+    control of the `WaveGate`; a blocking bank waits for its hint, so it is never late and has none).
+    ``schedule`` / ``policy``: when each request's wave runs (`ooospec.decoding.wave_policy`)."""
     bank = HintBank(service, mode=mode, blocking=blocking, max_tokens=hint_tokens,
                     gate=not plain_hint, follow=not plain_hint,
-                    wave_gate=None if every_wave or blocking else WaveGate())
+                    wave_gate=None if every_wave or blocking else WaveGate(), schedule=schedule, policy=policy)
     return [bank, ToolSpec(**toolspec_options)]
 
 

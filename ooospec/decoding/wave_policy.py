@@ -1,0 +1,138 @@
+"""When a request's sidecar wave runs: during the target's prefill, right after it, or not at all.
+
+On a CPU the target's prefill dominates a request's time and gains most from a second core (a
+prompt of 1,341 tokens: 20 s on one thread, 10 s on two), while a one-row decode step barely gains
+and a verify round gains about 1.4x. A wave placed inside the prefill (the paper's schedule, and
+elastic OoO-Spec's default) therefore takes the second core where it is worth most. The method is
+free to decide when its sidecar computes: the claim is that the hint arrives *out of order*, not
+that it is computed during the prefill. Three schedules:
+
+* ``prefill``: the wave is submitted at arrival; the target prefills narrow until it is done, then
+  wide (elastic placement); the hint is usable from the first verify round.
+* ``deferred``: the target prefills on both cores; the wave is submitted right after the prefill and
+  runs on the second core while the target decodes narrow on the first; the hint is used from the
+  round it arrives (alignment works mid-call).
+* ``none``: no wave; the target runs ToolSpec on both cores.
+
+`WavePolicy.choose` models each schedule's end-to-end seconds from what is known at arrival (the
+target's prompt tokens, the sidecar's prompt tokens) and this machine's calibrated costs
+(`WaveCosts`), and takes the least. The model, stated so a reader can check it:
+
+* prefill: ``P1 = p1 * n`` on one thread (slowed by ``contention`` while the wave runs beside it),
+  ``P2 = p2 * n`` on two; the wave takes ``W = w0 + w1 * m`` seconds for a sidecar prompt of ``m``
+  tokens;
+* decode: ``R`` verify rounds without a hint (``r1`` / ``r2`` seconds each on one / two threads); a
+  hint present from the first round saves ``G`` of them; a hint arriving after ``k`` rounds saves
+  ``G * (R - k) / R`` (the part of the call still to write);
+* ``none = P2 + R * r2``;
+* ``prefill``: the part of the prompt done while the wave runs is ``f = W / (c * P1)``; if ``f < 1``
+  it is ``W + (1 - f) * P2 + (R - G) * r2``, else the whole prefill runs narrow and the rest of the
+  wave falls into the decode as in ``deferred``;
+* ``deferred = P2 + W + (R - k - G * (R - k) / R) * r2`` with ``k = W / (c * r1)`` rounds run narrow
+  while the wave is out; if ``k >= R`` the hint comes after the request is done: ``P2 + R * c * r1``.
+
+``R`` and ``G`` are constants chosen on dev (the mean rounds and rounds a hint saved there), never on
+evaluation requests. Every decision is recorded with the three modelled times, so a reader sees why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SCHEDULES = ("prefill", "deferred", "none")
+
+
+@dataclass(frozen=True)
+class WaveCosts:
+    """One machine's costs for one target and its sidecar (seconds), and the dev constants."""
+
+    machine: str  # the CPU capability and arithmetic they were measured in, e.g. "AVX512/fp32"
+    target: str
+    prefill_token_s: float  # one thread
+    prefill_2t_token_s: float  # two threads
+    round_s: float  # one verify round at the chosen tree budget, one thread
+    round_2t_s: float
+    wave_base_s: float  # the sidecar's wave: fixed part
+    wave_token_s: float  # ... plus this per sidecar prompt token
+    contention: float = 1.0  # the target's slowdown while a wave runs beside it (>= 1)
+    rounds: float = 12.0  # R: verify rounds of a request without a hint (dev mean)
+    hint_rounds: float = 3.0  # G: rounds a hint present from the first round saves (dev mean)
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if isinstance(value, float) and value < 0:
+                raise ValueError(f"WaveCosts.{name} must be >= 0, got {value}")
+        if self.contention < 1.0:
+            raise ValueError(f"WaveCosts.contention must be >= 1, got {self.contention}")
+
+    def wave_s(self, sidecar_tokens: int) -> float:
+        return self.wave_base_s + self.wave_token_s * sidecar_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class WaveDecision:
+    """The schedule a request ran, and why: the modelled end-to-end seconds of each schedule."""
+
+    schedule: str
+    expected_s: dict[str, float]
+    why: str
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown wave schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}")
+
+    @property
+    def has_wave(self) -> bool:
+        return self.schedule != "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "expected_s": self.expected_s, "why": self.why}
+
+    @classmethod
+    def fixed(cls, schedule: str) -> "WaveDecision":
+        """A schedule named by the method, not chosen per request."""
+        return cls(schedule, {}, f"fixed by the method ({schedule})")
+
+
+def _deferred_decode(costs: WaveCosts, wave_s: float) -> float:
+    """Decode seconds when the wave runs for ``wave_s`` beside a narrow decode, the hint used after."""
+    narrow_round = costs.contention * costs.round_s
+    k = wave_s / narrow_round if narrow_round else 0.0
+    if k >= costs.rounds:
+        return costs.rounds * narrow_round
+    left = costs.rounds - k
+    return wave_s + (left - costs.hint_rounds * left / costs.rounds) * costs.round_2t_s
+
+
+def expected_seconds(costs: WaveCosts, prompt_tokens: int, sidecar_tokens: int) -> dict[str, float]:
+    """Each schedule's modelled end-to-end seconds for one request (the model in the module docstring)."""
+    wide_prefill = costs.prefill_2t_token_s * prompt_tokens
+    narrow_prefill = costs.contention * costs.prefill_token_s * prompt_tokens
+    wave = costs.wave_s(sidecar_tokens)
+    none = wide_prefill + costs.rounds * costs.round_2t_s
+    deferred = wide_prefill + _deferred_decode(costs, wave)
+    if narrow_prefill and wave < narrow_prefill:
+        done = wave / narrow_prefill
+        during = wave + (1 - done) * wide_prefill + (costs.rounds - costs.hint_rounds) * costs.round_2t_s
+    else:
+        during = narrow_prefill + _deferred_decode(costs, wave - narrow_prefill)
+    return {"prefill": round(during, 4), "deferred": round(deferred, 4), "none": round(none, 4)}
+
+
+@dataclass(frozen=True)
+class WavePolicy:
+    """Per request: the schedule with the least modelled end-to-end time (ties: the earlier in
+    `SCHEDULES`, so a wave is preferred to none at equal cost)."""
+
+    costs: WaveCosts
+
+    def choose(self, prompt_tokens: int, sidecar_tokens: int) -> WaveDecision:
+        expected = expected_seconds(self.costs, prompt_tokens, sidecar_tokens)
+        best = min(SCHEDULES, key=lambda s: (expected[s], SCHEDULES.index(s)))
+        why = (f"least modelled time: {best} {expected[best]:.2f} s "
+               f"(prompt {prompt_tokens} tokens, sidecar prompt {sidecar_tokens} tokens)")
+        return WaveDecision(best, expected, why)
