@@ -92,6 +92,7 @@ class ElasticCores(CorePlacement):
 
     @property
     def settled(self) -> bool:
-        """Once wide, the target stays wide until the request ends: its one sidecar job is done,
-        and the next is submitted only after the next request's `begin`."""
+        """Once wide, the target stays wide for the rest of its prefill: the request's one sidecar
+        job is done, or (a deferred wave, `ooospec.decoding.wave_policy`) is submitted only after
+        the prefill, when the next boundary makes the target narrow again."""
         return self.wide

@@ -281,7 +281,7 @@ class HintBank(DraftSource):
         if self.policy is None:
             decision = WaveDecision.fixed(self.schedule)
         else:
-            decision = self.policy.choose(len(ctx.prompt_ids), len(ctx.prompt_ids))
+            decision = self.policy.choose(len(ctx.prompt_ids))
         self.stats.schedule = decision.to_dict()
         ctx.trace.emit("wave_schedule", **decision.to_dict())
         return decision

@@ -15,12 +15,11 @@ that it is computed during the prefill. Three schedules:
 * ``none``: no wave; the target runs ToolSpec on both cores.
 
 `WavePolicy.choose` models each schedule's end-to-end seconds from what is known at arrival (the
-target's prompt tokens, the sidecar's prompt tokens) and this machine's calibrated costs
-(`WaveCosts`), and takes the least. The model, stated so a reader can check it:
+request's prompt tokens) and this machine's calibrated costs (`WaveCosts`), and takes the least. The model, stated so a reader can check it:
 
 * prefill: ``P1 = p1 * n`` on one thread (slowed by ``contention`` while the wave runs beside it),
-  ``P2 = p2 * n`` on two; the wave takes ``W = w0 + w1 * m`` seconds for a sidecar prompt of ``m``
-  tokens;
+  ``P2 = p2 * n`` on two; the wave takes ``W = w0 + w1 * n`` seconds (the sidecar's prompt renders
+  the same dialogue and tools, so its length follows the target's ``n``);
 * decode: ``R`` verify rounds without a hint (``r1`` / ``r2`` seconds each on one / two threads); a
   hint present from the first round saves ``G`` of them; a hint arriving after ``k`` rounds saves
   ``G * (R - k) / R`` (the part of the call still to write);
@@ -54,7 +53,7 @@ class WaveCosts:
     round_s: float  # one verify round at the chosen tree budget, one thread
     round_2t_s: float
     wave_base_s: float  # the sidecar's wave: fixed part
-    wave_token_s: float  # ... plus this per sidecar prompt token
+    wave_token_s: float  # ... plus this per prompt token of the request
     contention: float = 1.0  # the target's slowdown while a wave runs beside it (>= 1)
     rounds: float = 12.0  # R: verify rounds of a request without a hint (dev mean)
     hint_rounds: float = 3.0  # G: rounds a hint present from the first round saves (dev mean)
@@ -66,8 +65,8 @@ class WaveCosts:
         if self.contention < 1.0:
             raise ValueError(f"WaveCosts.contention must be >= 1, got {self.contention}")
 
-    def wave_s(self, sidecar_tokens: int) -> float:
-        return self.wave_base_s + self.wave_token_s * sidecar_tokens
+    def wave_s(self, prompt_tokens: int) -> float:
+        return self.wave_base_s + self.wave_token_s * prompt_tokens
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,11 +107,11 @@ def _deferred_decode(costs: WaveCosts, wave_s: float) -> float:
     return wave_s + (left - costs.hint_rounds * left / costs.rounds) * costs.round_2t_s
 
 
-def expected_seconds(costs: WaveCosts, prompt_tokens: int, sidecar_tokens: int) -> dict[str, float]:
+def expected_seconds(costs: WaveCosts, prompt_tokens: int) -> dict[str, float]:
     """Each schedule's modelled end-to-end seconds for one request (the model in the module docstring)."""
     wide_prefill = costs.prefill_2t_token_s * prompt_tokens
     narrow_prefill = costs.contention * costs.prefill_token_s * prompt_tokens
-    wave = costs.wave_s(sidecar_tokens)
+    wave = costs.wave_s(prompt_tokens)
     none = wide_prefill + costs.rounds * costs.round_2t_s
     deferred = wide_prefill + _deferred_decode(costs, wave)
     if narrow_prefill and wave < narrow_prefill:
@@ -130,9 +129,8 @@ class WavePolicy:
 
     costs: WaveCosts
 
-    def choose(self, prompt_tokens: int, sidecar_tokens: int) -> WaveDecision:
-        expected = expected_seconds(self.costs, prompt_tokens, sidecar_tokens)
+    def choose(self, prompt_tokens: int) -> WaveDecision:
+        expected = expected_seconds(self.costs, prompt_tokens)
         best = min(SCHEDULES, key=lambda s: (expected[s], SCHEDULES.index(s)))
-        why = (f"least modelled time: {best} {expected[best]:.2f} s "
-               f"(prompt {prompt_tokens} tokens, sidecar prompt {sidecar_tokens} tokens)")
+        why = f"least modelled time: {best} {expected[best]:.2f} s (prompt {prompt_tokens} tokens)"
         return WaveDecision(best, expected, why)

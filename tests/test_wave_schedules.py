@@ -1,0 +1,195 @@
+"""When the wave runs (`ooospec.decoding.wave_policy`): at arrival, after the prefill, or not at all.
+
+The schedules move the sidecar's work, never the output: every schedule writes AR's tokens on the
+tiny model. What each schedule does is read from the trace: a deferred wave is submitted after
+the prefill's first token (and the elastic target prefills wide, since no job is in flight yet),
+``none`` submits nothing, and the policy records its modelled times and why.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ooospec.bench.methods import MethodSpec, method_sources
+from ooospec.bench.placement import CorePlan, ElasticCores
+from ooospec.data.request import Request
+from ooospec.decoding.base import DecodeContext, EventTrace
+from ooospec.decoding.hint import HintBank
+from ooospec.decoding.loop import decode
+from ooospec.decoding.out_of_order import ooospec_sources
+from ooospec.decoding.tree import TreeBudget
+from ooospec.decoding.wave_policy import SCHEDULES, WaveCosts, WaveDecision, WavePolicy, expected_seconds
+from ooospec.models.surface import SurfaceFormat
+from ooospec.models.tiny import tiny_causal_lm, tiny_target
+from ooospec.sidecar.service import SidecarService
+from ooospec.sidecar.specs import oracle_sidecar
+
+TOOLS = [{"name": "get_weather", "description": "weather",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
+
+
+def costs(**changes) -> WaveCosts:
+    """Costs shaped like a 2-core CPU's: the prefill gains 2x from the second core, a round 1.4x."""
+    base = dict(machine="test", target="tiny", prefill_token_s=0.015, prefill_2t_token_s=0.0075,
+                round_s=0.28, round_2t_s=0.2, wave_base_s=1.0, wave_token_s=0.001, contention=1.1,
+                rounds=12.0, hint_rounds=3.0)
+    return WaveCosts(**{**base, **changes})
+
+
+class AnyText(SurfaceFormat):
+    """A surface rendering every call as the text the target writes (so the hint is its output)."""
+
+    name = "any_text"
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def render(self, calls):
+        return self.text
+
+    def parse(self, text):
+        return []
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from ooospec.models.loading import checkpoint_location
+    from ooospec.models.registry import load_profile
+
+    location, kwargs = checkpoint_location(load_profile("cpu").model("smollm2-135m-instruct"))
+    return AutoTokenizer.from_pretrained(location, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    torch.manual_seed(0)
+    return tiny_causal_lm("llama", seed=3, vocab_size=len(tokenizer), hidden=64)
+
+
+def _request(rid: str = "r1") -> Request:
+    return Request(rid, "test", "eval", [{"role": "user", "content": "weather"}], TOOLS, None)
+
+
+def _ctx(request: Request, tokenizer, surface) -> DecodeContext:
+    ids = tokenizer.encode("Weather in Paris please, in celsius. Call the tool.", add_special_tokens=False)
+    return DecodeContext(request=request, tokenizer=tokenizer, surface=surface, prompt_ids=ids,
+                         eos_token_ids=[], trace=EventTrace())
+
+
+def _kinds(out) -> list[str]:
+    return [e["kind"] for e in out.trace.events]
+
+
+# ---- the model ---------------------------------------------------------------------------------
+def test_the_model_prefers_no_wave_where_the_prefill_dominates_and_a_wave_where_it_is_cheap():
+    long = expected_seconds(costs(wave_base_s=3.0), prompt_tokens=1341)
+    assert long["none"] < long["prefill"]  # a wave inside a 10 s prefill costs more than it saves
+    cheap = expected_seconds(costs(wave_base_s=0.05, wave_token_s=0.0), prompt_tokens=200)
+    assert cheap["prefill"] < cheap["none"] and cheap["deferred"] < cheap["none"]  # a cheap wave pays either way
+    # a wave longer than the whole decode: the deferred hint comes after the request is done
+    late = expected_seconds(costs(wave_base_s=60.0), prompt_tokens=100)
+    assert late["deferred"] > late["none"]
+
+
+def test_the_policy_records_every_modelled_time_and_prefers_a_wave_at_a_tie():
+    decision = WavePolicy(costs()).choose(500)
+    assert decision.schedule in SCHEDULES and set(decision.expected_s) == set(SCHEDULES)
+    assert decision.expected_s[decision.schedule] == min(decision.expected_s.values())
+    assert "500 tokens" in decision.why
+    free = costs(wave_base_s=0.0, wave_token_s=0.0, hint_rounds=0.0, contention=1.0, prefill_token_s=0.0075)
+    assert WavePolicy(free).choose(100).schedule == "prefill"  # equal times: the wave, not none
+
+
+def test_bad_costs_and_schedules_are_refused_naming_them():
+    with pytest.raises(ValueError, match="contention"):
+        costs(contention=0.5)
+    with pytest.raises(ValueError, match="round_s"):
+        costs(round_s=-1.0)
+    with pytest.raises(ValueError, match="unknown wave schedule 'later'"):
+        WaveDecision.fixed("later")
+    with pytest.raises(ValueError, match="unknown wave schedule"):
+        HintBank(service=None, schedule="later")
+    with pytest.raises(ValueError, match="blocking"):
+        HintBank(service=None, blocking=True, schedule="deferred")
+
+
+# ---- the method names --------------------------------------------------------------------------
+def test_wave_is_a_method_option_with_one_canonical_name():
+    spec = MethodSpec.parse("ooospec:wave=deferred")
+    assert spec.wave == "deferred" and spec.name == "ooospec:wave=deferred"
+    assert MethodSpec.parse("ooospec:wave=prefill").name == "ooospec"  # the default is not spelt out
+    assert MethodSpec.parse("ooospec:static:wave=policy").wave == "policy"
+    with pytest.raises(ValueError, match="wave='later'"):
+        MethodSpec.parse("ooospec:wave=later")
+    with pytest.raises(ValueError, match="wave"):
+        MethodSpec.parse("toolspec:wave=none")
+    with pytest.raises(ValueError, match="blocking"):
+        MethodSpec("ooospec", blocking=True, wave="deferred")
+    with pytest.raises(ValueError, match="wave costs"):
+        method_sources(MethodSpec.parse("ooospec:wave=policy"), service=object())
+    bank = method_sources(MethodSpec.parse("ooospec:wave=policy"), service=object(), wave_costs=costs())[0]
+    assert isinstance(bank, HintBank) and bank.policy is not None
+
+
+# ---- the schedules on the tiny model ------------------------------------------------------------
+def test_a_deferred_wave_is_submitted_after_a_wide_prefill_and_the_output_stays_ar(tiny, tokenizer):
+    request = _request()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=24)
+        surface = AnyText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
+        with SidecarService(oracle_sidecar({request.id: CALL}, wave_s=0.2), placement="thread") as service:
+            bank, toolspec = ooospec_sources(service, schedule="deferred", every_wave=True)
+            elastic = ElasticCores(service, CorePlan(None, None), threads=1)
+            out = decode(tiny_target(tiny, tokenizer), [bank, toolspec], _ctx(request, tokenizer, surface), 24,
+                         budget=TreeBudget(8, 8), placement=elastic)
+            service.wait_idle()
+        assert out.output_ids == ar.output_ids
+        kinds = _kinds(out)
+        assert kinds.index("prefill_end") < kinds.index("sidecar_submit")
+        assert out.trace.of_kind("prefill_end")[0]["threads"] == 2  # no job in flight: the prefill is wide
+        assert out.trace.of_kind("sidecar_submit")[0]["schedule"] == "deferred"
+        assert out.rounds[0].threads == 1  # the wave is out: the target gives the core back
+        assert bank.stats.submitted and bank.stats.schedule["schedule"] == "deferred"
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_every_schedule_writes_ar_and_says_which_ran(tiny, tokenizer, schedule):
+    request = _request()
+    ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=24)
+    surface = AnyText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
+    with SidecarService(oracle_sidecar({request.id: CALL}), placement="thread") as service:
+        bank, toolspec = ooospec_sources(service, schedule=schedule, every_wave=True)
+        out = decode(tiny_target(tiny, tokenizer), [bank, toolspec], _ctx(request, tokenizer, surface), 24,
+                     budget=TreeBudget(8, 8))
+        service.wait_idle()
+    assert out.output_ids == ar.output_ids
+    assert out.trace.of_kind("wave_schedule")[0]["schedule"] == schedule
+    assert ("sidecar_submit" in _kinds(out)) == (schedule != "none") == bank.stats.submitted
+    if schedule == "none":
+        assert bank.stats.error.startswith("no wave") and out.source_counts.get("hint", 0) == 0
+
+
+def test_the_policy_chooses_per_request_and_the_record_says_why(tiny, tokenizer):
+    request = _request()
+    ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=16)
+    surface = AnyText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
+    expensive = costs(wave_base_s=100.0)  # a wave that can never pay: the policy runs none
+    with SidecarService(oracle_sidecar({request.id: CALL}), placement="thread") as service:
+        for wave_costs, expected in ((expensive, "none"), (costs(wave_base_s=0.0, wave_token_s=0.0), "prefill")):
+            bank, toolspec = ooospec_sources(service, policy=WavePolicy(wave_costs), every_wave=True)
+            out = decode(tiny_target(tiny, tokenizer), [bank, toolspec], _ctx(request, tokenizer, surface), 16,
+                         budget=TreeBudget(8, 8))
+            service.wait_idle()
+            assert out.output_ids == ar.output_ids
+            recorded = bank.stats.schedule
+            assert recorded["schedule"] == expected and set(recorded["expected_s"]) == set(SCHEDULES)
+            assert "least modelled time" in recorded["why"]
