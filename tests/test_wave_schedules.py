@@ -8,6 +8,8 @@ the prefill's first token (and the elastic target prefills wide, since no job is
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -34,7 +36,7 @@ def costs(**changes) -> WaveCosts:
     """Costs shaped like a 2-core CPU's: the prefill gains 2x from the second core, a round 1.4x."""
     base = dict(machine="test", target="tiny", prefill_token_s=0.015, prefill_2t_token_s=0.0075,
                 round_s=0.28, round_2t_s=0.2, wave_base_s=1.0, wave_token_s=0.001, contention=1.1,
-                rounds=12.0, hint_rounds=3.0)
+                rounds=12.0, hint_saved=((0.0, 3.0),))
     return WaveCosts(**{**base, **changes})
 
 
@@ -100,7 +102,7 @@ def test_the_policy_records_every_modelled_time_and_prefers_a_wave_at_a_tie():
     assert decision.schedule in SCHEDULES and set(decision.expected_s) == set(SCHEDULES)
     assert decision.expected_s[decision.schedule] == min(decision.expected_s.values())
     assert "500 tokens" in decision.why
-    free = costs(wave_base_s=0.0, wave_token_s=0.0, hint_rounds=0.0, contention=1.0, prefill_token_s=0.0075)
+    free = costs(wave_base_s=0.0, wave_token_s=0.0, hint_saved=((0.0, 0.0),), contention=1.0, prefill_token_s=0.0075)
     assert WavePolicy(free).choose(100).schedule == "prefill"  # equal times: the wave, not none
 
 
@@ -193,3 +195,45 @@ def test_the_policy_chooses_per_request_and_the_record_says_why(tiny, tokenizer)
             recorded = bank.stats.schedule
             assert recorded["schedule"] == expected and set(recorded["expected_s"]) == set(SCHEDULES)
             assert "least modelled time" in recorded["why"]
+
+
+def test_rounds_saved_are_interpolated_between_the_replay_points_and_end_at_r():
+    measured = costs(rounds=10.0, hint_saved=((0, 3.0), (2, 2.0), (4, 1.0)))
+    assert [measured.saved(k) for k in (0, 1, 2, 3, 4)] == [3.0, 2.5, 2.0, 1.5, 1.0]
+    assert measured.saved(7) == pytest.approx(0.5) and measured.saved(10) == 0.0 == measured.saved(12)
+    assert WaveCosts(**measured.to_dict()) == measured  # what the calibration file holds reads back as is
+    with pytest.raises(ValueError, match="hint_saved"):
+        costs(hint_saved=((1, 3.0),))
+
+
+# ---- the bench: the policy on calibrated costs, a calibration from elsewhere refused ----------
+def test_a_bench_run_records_each_requests_schedule_and_its_calibration(tmp_path, monkeypatch, capsys):
+    from test_bench import FILES, TinyTargets, _config
+
+    from ooospec.bench.runner import run_bench
+    from ooospec.bench.slices import slice_path, wave_costs_path
+    from ooospec.bench.wave_costs import costs_path
+
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+    methods = ["toolspec:both_cores", "ooospec:wave=policy", "ooospec:wave=deferred", "ooospec:wave=none"]
+    cfg = _config(targets=["tiny"], benchmarks=["bfcl"], methods=methods, warmup=0)
+    records = run_bench(cfg, targets=TinyTargets(), load_requests=FILES.__getitem__)
+    assert all(r["identical_to_ar"] or r["near_tie"] for r in records)
+    by_method = {m: [r for r in records if r["method"] == m] for m in methods}
+    assert all(r["hint"]["schedule"]["schedule"] == "deferred" for r in by_method["ooospec:wave=deferred"])
+    assert all(not r["hint"]["submitted"] for r in by_method["ooospec:wave=none"])
+    chosen = [r["hint"]["schedule"] for r in by_method["ooospec:wave=policy"]]
+    assert len(chosen) == 2 and all(set(c["expected_s"]) == set(SCHEDULES) and c["why"] for c in chosen)
+    beside = json.loads(wave_costs_path(slice_path(records.stage, "tiny", "tiny0001", "bfcl")).read_text())
+    assert beside["costs"]["target"] == "tiny" and beside["machine"]["dtype"] == "float32"
+    assert json.loads(costs_path("tiny").read_text()) == beside
+
+    # a calibration from another machine is refused with one line naming the file, then measured again
+    elsewhere = {**beside, "machine": {**beside["machine"], "cpu_capability": "AVX2", "cores": 16}}
+    costs_path("tiny").write_text(json.dumps(elsewhere))
+    capsys.readouterr()
+    run_bench(_config(targets=["tiny"], benchmarks=["apibank"], methods=methods, warmup=0),
+              targets=TinyTargets(), load_requests=FILES.__getitem__)
+    refused = [line for line in capsys.readouterr().out.splitlines() if "refused" in line]
+    assert len(refused) == 1 and str(costs_path("tiny")) in refused[0] and "cores 16 there" in refused[0]
+    assert json.loads(costs_path("tiny").read_text())["machine"] == beside["machine"]

@@ -73,11 +73,18 @@ class ReferenceVerifier(TreeVerifier):
 
 @dataclass
 class StoredTicket:
-    """A sidecar ticket whose answer is already there (a stored wave: no sidecar process)."""
+    """A sidecar ticket whose answer is already there (a stored wave: no sidecar process), or comes
+    at the ``after_polls``-th poll: the bank polls once per round until it has it, so a hint that
+    arrives after k verify rounds (a deferred wave, `ooospec.decoding.wave_policy`) is modelled
+    without a clock."""
 
     result: SidecarResult
+    after_polls: int = 0
 
-    def poll(self) -> SidecarResult:
+    def poll(self) -> SidecarResult | None:
+        if self.after_polls > 0:
+            self.after_polls -= 1
+            return None
         return self.result
 
     def wait(self, timeout: float | None = None) -> SidecarResult:
@@ -89,12 +96,14 @@ class StoredHints:
     """The `SidecarService` interface the hint bank uses, answering from stored payloads."""
 
     payloads: dict[str, str | None]
+    after_rounds: int = 0  # the answer arrives at the bank's poll of this round (0: the first boundary)
 
     def submit(self, request: Request, mode: str = "wave") -> StoredTicket:
         payload = self.payloads.get(request.id)
         if payload is None:
             return StoredTicket(SidecarResult(request.id, error="no stored sidecar answer"))
-        return StoredTicket(SidecarResult(request.id, payload=payload, payload_bytes=len(payload.encode())))
+        return StoredTicket(SidecarResult(request.id, payload=payload, payload_bytes=len(payload.encode())),
+                            self.after_rounds)
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,7 @@ class HintUse:
     gate: bool = False
     follow: bool = False
     depth: DepthSchedule | None = None
+    after_rounds: int = 0  # the hint arrives after this many verify rounds (a deferred wave)
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ def replay(use: HintUse, cases: list[ReplayCase], target: TargetModel, budget: T
         sources: list[Any] = [toolspec]
         if use.hints is not None:
             payloads = {case.request.id: case.oracle if use.hints == "oracle" else case.sidecar}
-            sources.insert(0, HintBank(StoredHints(payloads), max_tokens=max_tokens, gate=use.gate,
+            sources.insert(0, HintBank(StoredHints(payloads, use.after_rounds), max_tokens=max_tokens, gate=use.gate,
                                        follow=use.follow, depth=use.depth))
         verifier = ReferenceVerifier(case.reference, target.eos_token_ids, len(target.tokenizer))
         results.append(decode(target, sources, case.request, len(case.reference),
@@ -221,6 +231,16 @@ def share_uses(shares: tuple[float, ...] = SHARE_GRID) -> list[HintUse]:
     return [HintUse(f"share {s:g}", share=s, gate=True, follow=True) for s in shares]
 
 
+ARRIVAL_GRID = (0, 1, 2, 4, 8)
+
+
+def arrival_uses(rounds: tuple[int, ...] = ARRIVAL_GRID) -> list[HintUse]:
+    """OoO-Spec's hint arriving after k verify rounds: what a deferred wave keeps of the hint's gain
+    (the rounds saved that `ooospec.decoding.wave_policy` interpolates)."""
+    return [HintUse(f"hint after {k} rounds", share=HINT_SHARE, gate=True, follow=True, after_rounds=k)
+            for k in rounds]
+
+
 def load_speed(target_name: str, plan_path: Path) -> Any:
     """The target's calibrated forward times from a reproduce plan (`ooospec.bench.reproduce_plan`)."""
     from ooospec.bench.reproduce_plan import Speed
@@ -270,9 +290,11 @@ REPLAY_COLUMNS = {"tokens_per_forward": "tokens / forward", "hint_tokens": "hint
 
 
 def dev_replay(target_name: str, profile: str, nodes: list[int], shares: bool = True,
-               plan_path: Path | None = None, limit: int | None = None) -> tuple["pd.DataFrame", str]:
+               plan_path: Path | None = None, limit: int | None = None,
+               arrivals: bool = False) -> tuple["pd.DataFrame", str]:
     """The replay table of ``target_name`` on dev (every `DEFAULT_USES`, the share sweep if
-    ``shares``; the first ``limit`` cases only, if given) and a sentence saying what it rests on."""
+    ``shares``, the late-arrival sweep if ``arrivals``; the first ``limit`` cases only, if given)
+    and a sentence saying what it rests on."""
     from ooospec.bench.reproduce_plan import PLAN_FILE
     from ooospec.bench.plan import find_sidecar_adapter
     from ooospec.paths import artifacts_dir
@@ -284,7 +306,8 @@ def dev_replay(target_name: str, profile: str, nodes: list[int], shares: bool = 
         raise FileNotFoundError(f"no frozen sidecar adapter for profile {profile!r} (make sidecar)")
     cases = dev_cases(target, profile, adapter, limit)
     speed = load_speed(target_name, plan_path) if plan_path.exists() else None
-    table = replay_table(cases, target, nodes, list(DEFAULT_USES) + (share_uses() if shares else []), speed)
+    uses = list(DEFAULT_USES) + (share_uses() if shares else []) + (arrival_uses() if arrivals else [])
+    table = replay_table(cases, target, nodes, uses, speed)
     table = table.drop(columns=["requests", "verdict", "nodes_per_verify"]).rename(columns=REPLAY_COLUMNS)
     cost = (f"seconds modelled from this machine's calibrated verify costs ({plan_path.name})" if speed
             else "no calibration here: every verify forward costs 1")
@@ -299,12 +322,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--nodes", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--shares", action="store_true", help="add the share sweep")
+    parser.add_argument("--arrivals", action="store_true", help="add the hint arriving after 0-8 rounds")
+    parser.add_argument("--limit", type=int, default=None, help="the first N dev cases only")
     parser.add_argument("--plan", default=None, help="the reproduce plan whose calibration models the seconds")
     args = parser.parse_args(argv)
 
     import pandas as pd
 
-    table, note = dev_replay(args.target, args.profile, args.nodes, args.shares, args.plan)
+    table, note = dev_replay(args.target, args.profile, args.nodes, args.shares, args.plan, args.limit, args.arrivals)
     print(note)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 2):
         print(table.to_string(index=False))

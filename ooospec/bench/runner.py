@@ -46,8 +46,10 @@ from ooospec.bench.plan import BenchPlan, ProfileTargets, TargetProvider, plan_b
 from ooospec.bench.records import BenchRecords, Decoded, check_lossless, make_record
 from ooospec.bench.sampling import load_benchmark, sample_requests, warmup_requests
 from ooospec.bench.sidecars import SidecarPool
-from ooospec.bench.slices import assemble_records, bench_stage, budget_path, failed_path, slice_path, write_slice
+from ooospec.bench.slices import (assemble_records, bench_stage, budget_path, failed_path, slice_path, wave_costs_path,
+                                  write_slice)
 from ooospec.bench.tree_budget import BudgetChoice, machine_budget
+from ooospec.bench.wave_costs import Calibration, wave_costs
 from ooospec.data.request import Request
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
@@ -69,6 +71,7 @@ class SliceRunner:
         self.verifier = TreeVerifier.for_target(target, track_margins=cfg.track_margins)
         self.arithmetic = running_arithmetic(target.model, requested=requested_dtype(cfg.profile, target.name)).to_dict()
         self.budget_choice: BudgetChoice | None = None  # `choose_budget` sets it before any decode
+        self.calibration: Calibration | None = None  # `calibrate_waves` sets it where a method needs it
 
     def choose_budget(self, requests: list[Request]) -> BudgetChoice:
         """This run's tree budget for the target (`ooospec.bench.tree_budget`), measured on the first
@@ -82,6 +85,23 @@ class SliceRunner:
             self.budget_choice = BudgetChoice(self.target.name, {"max_nodes": fixed.max_nodes,
                                                                  "max_depth": fixed.max_depth}, why)
         return self.budget_choice
+
+    def calibrate_waves(self, requests: list[Request]) -> Calibration | None:
+        """This machine's wave costs (`ooospec.bench.wave_costs`), where a method chooses its wave
+        per request (``wave=policy``); timed on ``requests`` after the budget is chosen, outside
+        every timed decode. None where no method needs them."""
+        spec = next((s for s in self.plan.methods if s.wave == "policy"), None)
+        if spec is None:
+            return None
+        usable = [r for r in requests if self.refusal(r) is None]
+        nodes = self.budget(spec).max_nodes
+        self.calibration = wave_costs(self.target, self.verifier, self.pool.service(spec), usable, nodes,
+                                      self.pool.cores, self.cfg.threads, self.arithmetic)
+        return self.calibration
+
+    def sources(self, spec: MethodSpec) -> list:
+        """Fresh sources of ``spec`` with this run's sidecar and wave costs."""
+        return method_sources(spec, self.pool.service(spec), self.calibration.costs if self.calibration else None)
 
     def _prompt_or_none(self, request: Request) -> list[int] | None:
         """The request's prompt, or None where it is refused (`refusal`: recorded by `run`)."""
@@ -139,7 +159,7 @@ class SliceRunner:
             if self.refusal(request) is not None:  # a request that cannot be decoded warms nothing up
                 continue
             for spec in self.plan.methods:
-                sources = method_sources(spec, self.pool.service(spec))
+                sources = self.sources(spec)
                 self.decode_one(spec, sources, request, min(self.cfg.max_new_tokens, 16), None)
 
     def needs_ar_first(self, spec: MethodSpec) -> bool:
@@ -149,7 +169,7 @@ class SliceRunner:
     def run(self, benchmark: str, requests: list[Request], progress: bool = True) -> list[dict[str, Any]]:
         """Every method on every request of a slice, in file order; a request the target refuses is
         recorded in ``self.failed`` and skipped, never aborting the slice."""
-        sources = {spec: method_sources(spec, self.pool.service(spec)) for spec in self.plan.methods}
+        sources = {spec: self.sources(spec) for spec in self.plan.methods}
         records: list[dict[str, Any]] = []
         self.failed: list[dict[str, Any]] = []
         bar = progress_bar(requests, desc=f"{self.target.name} / {benchmark}", unit="req", disable=not progress)
@@ -255,7 +275,9 @@ class BenchRun:
         pool = SidecarPool(self.cfg, self.plan, self.cores, oracle_calls, self.work.gold)
         try:
             runner = SliceRunner(self.cfg, self.plan, target, pool, oracle_calls)
-            self._choose_budget(runner, [slice_path(self.stage, name, fingerprint, b) for b in pending], pending[0])
+            paths = [slice_path(self.stage, name, fingerprint, b) for b in pending]
+            self._choose_budget(runner, paths, pending[0])
+            self._calibrate_waves(runner, paths, pending[0])
             if self.cfg.warmup:
                 first = pending[0]
                 runner.warm_up(warmup_requests(self.work.files[first], self.work.samples[first], self.cfg.warmup))
@@ -274,6 +296,18 @@ class BenchRun:
         for path in paths:
             path.parent.mkdir(parents=True, exist_ok=True)
             budget_path(path).write_text(json.dumps(choice.to_dict(), indent=1))
+
+    def _calibrate_waves(self, runner: SliceRunner, paths: list[Path], first: str) -> None:
+        calibration = runner.calibrate_waves(self.work.samples[first])
+        if calibration is None:
+            return
+        costs = calibration.costs
+        print(f"bench: {runner.target.name}: wave costs on {costs.machine}: prefill {costs.prefill_token_s * 1e3:.1f} / "
+              f"{costs.prefill_2t_token_s * 1e3:.1f} ms a token (1 / 2 threads), round {costs.round_s:.2f} / "
+              f"{costs.round_2t_s:.2f} s, wave {costs.wave_base_s:.2f} s + {costs.wave_token_s * 1e3:.2f} ms a token, "
+              f"contention {costs.contention:.2f}")
+        for path in paths:
+            wave_costs_path(path).write_text(json.dumps(calibration.to_dict(), indent=1))
 
     def _run_slice(self, runner: SliceRunner, path: Path, benchmark: str) -> None:
         records = runner.run(benchmark, self.work.samples[benchmark])

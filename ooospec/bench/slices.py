@@ -26,6 +26,11 @@ def budget_path(slice_file: Path) -> Path:
     return slice_file.with_name(slice_file.stem + ".budget.json")
 
 
+def wave_costs_path(slice_file: Path) -> Path:
+    """The wave-policy calibration a slice's ``wave=policy`` decodes used (`ooospec.bench.wave_costs`)."""
+    return slice_file.with_name(slice_file.stem + ".wave_costs.json")
+
+
 def slice_path(stage: Stage, target: str, fingerprint: str, benchmark: str) -> Path:
     return stage.dir / "slices" / f"{target}@{fingerprint}" / f"{benchmark}.jsonl"
 

@@ -21,17 +21,19 @@ request's prompt tokens) and this machine's calibrated costs (`WaveCosts`), and 
   ``P2 = p2 * n`` on two; the wave takes ``W = w0 + w1 * n`` seconds (the sidecar's prompt renders
   the same dialogue and tools, so its length follows the target's ``n``);
 * decode: ``R`` verify rounds without a hint (``r1`` / ``r2`` seconds each on one / two threads); a
-  hint present from the first round saves ``G`` of them; a hint arriving after ``k`` rounds saves
-  ``G * (R - k) / R`` (the part of the call still to write);
+  hint arriving after ``k`` rounds saves ``G(k)`` of them, interpolated between the points the hint
+  replay measured on dev (`ooospec.bench.hint_replay --arrivals`: the real loop, a stored hint
+  answering at the k-th round), and none once the request would be done (``k >= R``);
 * ``none = P2 + R * r2``;
 * ``prefill``: the part of the prompt done while the wave runs is ``f = W / (c * P1)``; if ``f < 1``
-  it is ``W + (1 - f) * P2 + (R - G) * r2``, else the whole prefill runs narrow and the rest of the
-  wave falls into the decode as in ``deferred``;
-* ``deferred = P2 + W + (R - k - G * (R - k) / R) * r2`` with ``k = W / (c * r1)`` rounds run narrow
-  while the wave is out; if ``k >= R`` the hint comes after the request is done: ``P2 + R * c * r1``.
+  it is ``W + (1 - f) * P2 + (R - G(0)) * r2``, else the whole prefill runs narrow and the rest of
+  the wave falls into the decode as in ``deferred``;
+* ``deferred = P2 + W + (R - k - G(k)) * r2`` with ``k = W / (c * r1)`` rounds run narrow while the
+  wave is out; if ``k >= R`` the hint comes after the request is done: ``P2 + R * c * r1``.
 
-``R`` and ``G`` are constants chosen on dev (the mean rounds and rounds a hint saved there), never on
-evaluation requests. Every decision is recorded with the three modelled times, so a reader sees why.
+``R`` and ``G`` are constants measured on dev (rounds of ToolSpec per request, rounds the hint saved),
+never on evaluation requests. Every decision is recorded with the three modelled times, so a reader
+sees why.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ class WaveCosts:
     wave_base_s: float  # the sidecar's wave: fixed part
     wave_token_s: float  # ... plus this per prompt token of the request
     contention: float = 1.0  # the target's slowdown while a wave runs beside it (>= 1)
-    rounds: float = 12.0  # R: verify rounds of a request without a hint (dev mean)
-    hint_rounds: float = 3.0  # G: rounds a hint present from the first round saves (dev mean)
+    rounds: float = 10.4  # R: verify rounds of a request without a hint (dev mean)
+    # G(k): (rounds late, rounds the hint then saves), dev means; between points interpolated
+    hint_saved: tuple[tuple[float, float], ...] = ((0.0, 3.0),)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -64,12 +67,28 @@ class WaveCosts:
                 raise ValueError(f"WaveCosts.{name} must be >= 0, got {value}")
         if self.contention < 1.0:
             raise ValueError(f"WaveCosts.contention must be >= 1, got {self.contention}")
+        points = tuple((float(k), float(g)) for k, g in self.hint_saved)
+        if not points or points[0][0] != 0 or any(b[0] <= a[0] for a, b in zip(points, points[1:])):
+            raise ValueError(f"WaveCosts.hint_saved must start at 0 rounds late and increase, got {self.hint_saved}")
+        if any(g < 0 for _, g in points):
+            raise ValueError(f"WaveCosts.hint_saved: rounds saved must be >= 0, got {self.hint_saved}")
+        object.__setattr__(self, "hint_saved", points)  # JSON gives lists: one form
+
+    def saved(self, late: float) -> float:
+        """G(k): rounds a hint arriving ``late`` rounds after the first saves (0 at and after R)."""
+        points = [*self.hint_saved, (max(self.rounds, self.hint_saved[-1][0]), 0.0)]
+        if late >= points[-1][0]:
+            return 0.0
+        for (k0, g0), (k1, g1) in zip(points, points[1:]):
+            if k0 <= late < k1:
+                return g0 + (g1 - g0) * (late - k0) / (k1 - k0)
+        return 0.0
 
     def wave_s(self, prompt_tokens: int) -> float:
         return self.wave_base_s + self.wave_token_s * prompt_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "hint_saved": [list(p) for p in self.hint_saved]}
 
 
 @dataclass(frozen=True)
@@ -103,8 +122,7 @@ def _deferred_decode(costs: WaveCosts, wave_s: float) -> float:
     k = wave_s / narrow_round if narrow_round else 0.0
     if k >= costs.rounds:
         return costs.rounds * narrow_round
-    left = costs.rounds - k
-    return wave_s + (left - costs.hint_rounds * left / costs.rounds) * costs.round_2t_s
+    return wave_s + max(0.0, costs.rounds - k - costs.saved(k)) * costs.round_2t_s
 
 
 def expected_seconds(costs: WaveCosts, prompt_tokens: int) -> dict[str, float]:
@@ -116,7 +134,7 @@ def expected_seconds(costs: WaveCosts, prompt_tokens: int) -> dict[str, float]:
     deferred = wide_prefill + _deferred_decode(costs, wave)
     if narrow_prefill and wave < narrow_prefill:
         done = wave / narrow_prefill
-        during = wave + (1 - done) * wide_prefill + (costs.rounds - costs.hint_rounds) * costs.round_2t_s
+        during = wave + (1 - done) * wide_prefill + max(0.0, costs.rounds - costs.saved(0)) * costs.round_2t_s
     else:
         during = narrow_prefill + _deferred_decode(costs, wave - narrow_prefill)
     return {"prefill": round(during, 4), "deferred": round(deferred, 4), "none": round(none, 4)}

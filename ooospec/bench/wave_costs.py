@@ -1,0 +1,177 @@
+"""This machine's costs for the wave policy, measured once per target and kept beside the artifacts.
+
+`ooospec.decoding.wave_policy.WavePolicy` chooses each request's wave schedule from a modelled
+end-to-end time; the model's inputs are this machine's prefill, verify-round and wave seconds and
+how much a running wave slows the target (`WaveCosts`). They are measured on dev requests with the
+loaded target and its started sidecar, outside every timed decode, and written to
+``artifacts/wave-costs/<target>.json`` with the arithmetic and machine they were measured on.
+
+A file measured on another machine or in another arithmetic is never used: it is refused with one
+line naming it and what differs, and the costs are measured again (and the file replaced).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ooospec.bench.placement import CorePlan, placed
+from ooospec.bench.verify_cost import random_tree_drafts
+from ooospec.data.request import Request
+from ooospec.decoding.loop import Prefill
+from ooospec.decoding.tree import TreeBudget, build_tree
+from ooospec.decoding.verifier import TreeVerifier, commit_kv
+from ooospec.decoding.wave_policy import WaveCosts
+from ooospec.paths import artifact_path
+
+# what must match for a calibration to be used: the arithmetic and the machine it ran on
+MACHINE_FIELDS = ("dtype", "device", "cpu", "cpu_capability", "bf16_kernels", "cores", "kernels")
+ROUND_REPEATS = 5
+WAVE_REQUESTS = 4  # dev requests whose waves are timed (the fit's points)
+# The model's dev constants, from the hint replay on the 60 dev requests with a committed teacher
+# trace and a served wave (`python -m ooospec.bench.hint_replay --nodes 16 --arrivals`, Qwen target,
+# sidecar-cpu-kall-pass2; counts, not seconds, so they hold on any machine): ToolSpec 625 verify
+# rounds (R = 10.4 a request); OoO-Spec's hint arriving after 0 / 1 / 2 / 4 / 8 rounds: 441 / 453 /
+# 481 / 539 / 590 rounds (G(k) = 3.07 / 2.87 / 2.40 / 1.43 / 0.58). A replay needs the target's own
+# greedy outputs, which only the teacher (Qwen) has committed: the SmolLM2 target uses Qwen's.
+DEV_ROUNDS = 625 / 60
+DEV_HINT_SAVED = tuple((k, round((625 - forwards) / 60, 2))
+                       for k, forwards in ((0, 441), (1, 453), (2, 481), (4, 539), (8, 590)))
+
+
+def machine_of(arithmetic: dict[str, Any]) -> dict[str, Any]:
+    """The part of a run's arithmetic record that says which machine and arithmetic it was."""
+    return {field: arithmetic.get(field) for field in MACHINE_FIELDS}
+
+
+def costs_path(target: str) -> Path:
+    return artifact_path("wave-costs", f"{target}.json")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Wave costs and the machine they were measured on (what the file holds)."""
+
+    costs: WaveCosts
+    machine: dict[str, Any]
+    measured: dict[str, Any]  # the raw points the costs were fitted on
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"costs": self.costs.to_dict(), "machine": self.machine, "measured": self.measured}
+
+    @classmethod
+    def read(cls, path: Path) -> "Calibration":
+        data = json.loads(path.read_text())
+        return cls(WaveCosts(**data["costs"]), data["machine"], data.get("measured", {}))
+
+
+def usable(path: Path, target: str, machine: dict[str, Any]) -> tuple[Calibration | None, str | None]:
+    """The calibration in ``path`` if it was measured here for ``target``; else None and why not
+    (None, None: there is no file)."""
+    if not path.exists():
+        return None, None
+    try:
+        found = Calibration.read(path)
+    except (ValueError, KeyError, TypeError) as err:
+        return None, f"{path}: not a wave-cost calibration ({err})"
+    if found.costs.target != target:
+        return None, f"{path}: measured for {found.costs.target}, not {target}"
+    differs = {k: (found.machine.get(k), v) for k, v in machine.items() if found.machine.get(k) != v}
+    if differs:
+        what = "; ".join(f"{k} {a!r} there, {b!r} here" for k, (a, b) in differs.items())
+        return None, f"{path}: measured on another machine or arithmetic ({what}): refused, measuring again"
+    return found, None
+
+
+def _round_seconds(verifier: TreeVerifier, prompt: list[int], nodes: int, repeats: int,
+                   busy: Any = None) -> list[float]:
+    """Verify forwards of a ``nodes``-node tree after ``prompt``; with ``busy`` (a callable that
+    says whether the sidecar still computes) only those taken while it does."""
+    state, _ = verifier.prefill(prompt)
+    vocab = verifier.config.get_text_config().vocab_size
+    tree = build_tree(random_tree_drafts(nodes, vocab, random.Random(0)), TreeBudget(nodes, nodes))
+    times = []
+    for index in range(repeats + 1):
+        if busy is not None and not busy():
+            break
+        prefix = state.cache_len
+        start = time.perf_counter()
+        verifier.forward_tree(state, tree)
+        elapsed = time.perf_counter() - start
+        commit_kv(state.cache, prefix, [], dense=verifier.dense_cache)
+        if index or busy is not None:  # the first idle forward warms the shape up
+            times.append(elapsed)
+    return times
+
+
+def measure(target: Any, verifier: TreeVerifier, service: Any, requests: list[Request], nodes: int,
+            cores: CorePlan, threads: int, machine: dict[str, Any]) -> Calibration:
+    """Time this machine's prefill per token and verify round (one and two threads), the sidecar's
+    wave against the prompt's length, and the target's slowdown while a wave runs."""
+    prompts = [target.prompt_ids(r) for r in requests]
+    middle = sorted(prompts, key=len)[len(prompts) // 2]
+    own = {cores.target_core} if cores.pinned else None
+    both = {cores.target_core, cores.sidecar_core} if cores.pinned else None
+    per_token, rounds = {}, {}
+    for width, where in ((1, own), (2, both)):
+        with placed(where, width * threads):
+            per_token[width] = min(Prefill.measure(verifier, middle).seconds for _ in range(2)) / len(middle)
+            rounds[width] = statistics.median(_round_seconds(verifier, middle, nodes, ROUND_REPEATS))
+    waves = []
+    for request, prompt in zip(requests, prompts):
+        service.wait_idle()
+        started = time.monotonic()
+        ticket = service.submit(request)
+        result = ticket.wait()
+        waves.append((len(prompt), time.monotonic() - started if result.error is None else None))
+    with placed(own, threads):
+        service.submit(requests[0])
+        beside = _round_seconds(verifier, middle, nodes, 50, busy=lambda: not service.idle)
+    service.wait_idle()
+    contention = max(1.0, statistics.median(beside) / rounds[1]) if beside else 1.0
+    base, per = _fit([(n, s) for n, s in waves if s is not None])
+    costs = WaveCosts(machine=_short(machine), target=target.name, prefill_token_s=round(per_token[1], 6),
+                      prefill_2t_token_s=round(per_token[2], 6), round_s=round(rounds[1], 4),
+                      round_2t_s=round(rounds[2], 4), wave_base_s=round(base, 4), wave_token_s=round(per, 6),
+                      contention=round(contention, 3), rounds=round(DEV_ROUNDS, 2), hint_saved=DEV_HINT_SAVED)
+    measured = {"prefill_prompt_tokens": len(middle), "nodes": nodes, "waves": waves,
+                "rounds_beside_a_wave": len(beside)}
+    return Calibration(costs, machine, measured)
+
+
+def _fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares ``seconds = base + per * tokens`` (both >= 0); one point or one length: all base."""
+    if not points:
+        raise RuntimeError("no sidecar wave answered: the wave costs cannot be measured")
+    xs, ys = [float(n) for n, _ in points], [s for _, s in points]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    per = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread) if spread else 0.0
+    return max(0.0, mean_y - per * mean_x), per
+
+
+def _short(machine: dict[str, Any]) -> str:
+    kernels = "avx512_bf16" if machine.get("bf16_kernels") else machine.get("cpu_capability")
+    return f"{machine.get('cores')}-core {kernels} {machine.get('dtype')}"
+
+
+def wave_costs(target: Any, verifier: TreeVerifier, service: Any, requests: list[Request], nodes: int,
+               cores: CorePlan, threads: int, arithmetic: dict[str, Any],
+               path: Path | None = None) -> Calibration:
+    """The target's calibration on this machine: the file's if it was measured here, else measured
+    now (a file from elsewhere refused with one line) and written."""
+    path = path or costs_path(target.name)
+    machine = machine_of(arithmetic)
+    found, why_not = usable(path, target.name, machine)
+    if found is not None:
+        return found
+    if why_not:
+        print(why_not)
+    calibration = measure(target, verifier, service, requests[:WAVE_REQUESTS], nodes, cores, threads, machine)
+    path.write_text(json.dumps(calibration.to_dict(), indent=1) + "\n")
+    return calibration
