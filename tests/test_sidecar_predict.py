@@ -168,6 +168,11 @@ def test_required_slots_are_never_answered_null():
             assert rows[("get_weather", "unit")] == "null"
             if mode != "two_waves":
                 assert rows[("get_time", "zone")] == "null"
+    # ``optional_values``: no parameter's row may answer null, optional ones and other functions' included
+    every = SlotPredictor(model, tokenizer, max_new_tokens=6, optional_values=True)
+    rows = {(r.key.function, r.key.parameter): r.text.strip() for r in every.predict_wave(reqs[0]).rows}
+    params = {k: v for k, v in rows.items() if k[0] is not None and k[1] is not None}
+    assert params and not any(v.startswith("null") for v in params.values()), params
 
 
 def test_init_from_starts_at_a_committed_adapter_pinned_by_its_hash(tmp_path, monkeypatch):

@@ -44,15 +44,18 @@ class DecodingChoice:
 
     required_values: bool = REQUIRED_VALUES
     copy_values: CopySettings | None = None
+    optional_values: bool = False  # no null for any slot, optional ones included
 
     def to_dict(self) -> dict[str, Any]:
-        return {"required_values": self.required_values,
-                "copy_values": None if self.copy_values is None else self.copy_values.to_dict()}
+        out = {"required_values": self.required_values,
+               "copy_values": None if self.copy_values is None else self.copy_values.to_dict()}
+        return {**out, "optional_values": True} if self.optional_values else out  # earlier keys unchanged
 
     @property
     def label(self) -> str:
-        """How the book names it: ``served`` (required slots filled), ``raw``, ``+copy<margin>``."""
-        base = "served" if self.required_values else "raw"
+        """How the book names it: ``served`` (required slots filled), ``raw``, ``+fill`` (every
+        slot filled), ``+copy<margin>``."""
+        base = ("served" if self.required_values else "raw") + ("+fill" if self.optional_values else "")
         return base if self.copy_values is None else f"{base}+copy{self.copy_values.margin:g}"
 
 
@@ -97,7 +100,7 @@ def score_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), p
     todo = [r for r in requests if r.id not in done]
     if todo:
         predictor = SlotPredictor.from_frozen(adapter_dir, profile, required_values=choice.required_values,
-                                              copy_values=choice.copy_values)
+                                              copy_values=choice.copy_values, optional_values=choice.optional_values)
         seen = trained_on(record, load_split("train"), predictor.tokenizer)
         for request in progress_bar(todo, desc=f"disjoint dev {record['name']}", unit="req"):
             wave = predictor.predict_wave(request)
@@ -176,10 +179,11 @@ def main() -> None:
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--copy-margin", type=float, default=None, help="copy-aware string slots, this margin")
     parser.add_argument("--raw", action="store_true", help="the adapter's raw answers (required slots may be null)")
+    parser.add_argument("--fill-optional", action="store_true", help="no slot may answer null, optional ones included")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--commit", action="store_true", help="copy the finished scores to artifacts/committed/")
     args = parser.parse_args()
-    choice = DecodingChoice(required_values=not args.raw,
+    choice = DecodingChoice(required_values=not args.raw, optional_values=args.fill_optional,
                             copy_values=None if args.copy_margin is None else CopySettings(margin=args.copy_margin))
     summary = score_choice(args.adapter, choice, args.profile, limit=args.limit)
     print(shown(args.adapter), json.dumps(choice.to_dict()))
