@@ -104,6 +104,8 @@ def decode(target: Any, messages: list[dict[str, Any]], tools: list[dict[str, An
                          "how the bench builds its sidecar; here pass the sidecar itself (sidecar=)")
     request = _request(messages, tools, request_id)
     sources = method_sources(spec, sidecar)
+    if sidecar is not None and hasattr(sidecar, "wait_idle"):
+        sidecar.wait_idle()  # as in the bench: the request finds its sidecar free (batch 1)
     result = decode_loop(target, sources, request, max_new_tokens, method_budget(spec, target.name, budget))
     calls = _parse_calls(target, request, result.text)
     return Decoded(method=spec.name, request_id=request.id, text=result.text, output_ids=result.output_ids,
