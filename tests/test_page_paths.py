@@ -41,11 +41,15 @@ def bare_paths(source: str) -> list[tuple[int, str]]:
     outside ``raise`` statements; ``shown(path)``, ``path.name`` and the like pass."""
     tree = ast.parse(source)
     in_raise = {id(node) for r in ast.walk(tree) if isinstance(r, ast.Raise) for node in ast.walk(r)}
+    # a name bound to shown(...) (or a conditional around it) holds a shown path already
+    shown_names = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                   and any(isinstance(c, ast.Call) and getattr(c.func, "id", None) == "shown" for c in ast.walk(node.value))
+                   for target in node.targets if isinstance(target, ast.Name)}
     found = []
     for node in ast.walk(tree):
         if id(node) in in_raise:
             continue
-        if isinstance(node, ast.FormattedValue) and _names_a_path(node.value):
+        if isinstance(node, ast.FormattedValue) and _names_a_path(node.value) and getattr(node.value, "id", None) not in shown_names:
             found.append((node.lineno, ast.unparse(node.value)))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("print", "display"):
             found += [(node.lineno, ast.unparse(arg)) for arg in node.args if _names_a_path(arg)]
@@ -75,6 +79,7 @@ def test_the_rule_sees_a_bare_path_and_passes_shown():
     assert bare_paths("print(adapter_dir)") == [(1, "adapter_dir")]
     assert bare_paths('print(f"ran with ({shown(plan.adapter)}) in {stage.dir.name}")') == []
     assert bare_paths('raise ValueError(f"{path}: bad")') == []
+    assert bare_paths('adapter = shown(a) if a else None\nprint(f"({adapter})")') == []
 
 
 def test_chapter_sources_print_paths_only_through_shown():

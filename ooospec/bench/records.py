@@ -133,8 +133,8 @@ class BenchRecords(list):
 
     def notes(self) -> list[str]:
         """Lines a reader must see next to the numbers."""
-        adapter = shown(self.plan.adapter) if self.plan.adapter is not None else None
-        which = {"slot": f"the trained sidecar ({adapter})", "oracle": "the ORACLE sidecar (the target's "
+        adapter_shown = shown(self.plan.adapter) if self.plan.adapter is not None else None
+        which = {"slot": f"the trained sidecar ({adapter_shown})", "oracle": "the ORACLE sidecar (the target's "
                  "own greedy call)", "gold": "a sidecar answering with the GOLD call"}[self.plan.sidecar]
         lines = [f"measured in {self.arithmetic()}", f"OoO-Spec ran with {which}"] + list(self.plan.notes)
         lines += [f"target {t} skipped: {why}" for t, why in self.skipped_targets.items()]
