@@ -82,3 +82,15 @@ def test_bad_methods_and_sidecars_are_refused_with_a_clear_line(tool_target):
 def test_the_docstring_example_runs():
     outcome = doctest.testmod(ooospec.api, optionflags=doctest.ELLIPSIS)
     assert outcome.attempted > 0 and outcome.failed == 0
+
+
+def test_the_sidecar_hint_reaches_the_tree(tool_target):
+    """Through the API the sidecar's call is drafted: with ``blocking`` (the hint awaited at the
+    first boundary, so the check does not race the sidecar thread) hint tokens are committed."""
+    messages = [{"role": "user", "content": "Weather?"}]
+    call = {"name": "get_weather", "arguments": {"city": "Oslo"}}
+    with SidecarService(oracle_sidecar({"r": call}), placement="thread") as sidecar:
+        out = decode(tool_target, messages, TOOLS, "ooospec:blocking", sidecar=sidecar, request_id="r")
+    toolspec = decode(tool_target, messages, TOOLS, "toolspec", request_id="r")
+    assert out.output_ids == toolspec.output_ids and out.call.to_dict() == call
+    assert out.result.source_counts["hint"] > 0 and toolspec.result.source_counts["hint"] == 0
