@@ -103,7 +103,7 @@ reproduce: setup $(EXECUTED)
 book: setup
 	$(BIN)/jupyter-book build --warningiserror --keep-going book/
 
-# The full-size sweep (README, "The full sweep on a Ray cluster"): every cell of 05_bench and
+# The full-size sweep (book/reproduce.md, "Many machines, or GPUs"): every cell of 05_bench and
 # 06_ablations as a Ray task (RAY_ADDRESS=host:port joins a cluster, else a local Ray instance),
 # then both chapters executed on the sweep's slices (nothing left to decode) and the book.
 # It needs what the bench reads (data, models, adapters): the chapters up to 02_sidecar.

@@ -65,7 +65,7 @@ PLACEMENTS = ("own_core", "shared_core", "in_process")
 # Elastic OoO-Spec prefills in chunks of this many tokens while its sidecar's wave is in flight and
 # takes the second core at the first chunk boundary after the wave (then the rest in one forward).
 # Chosen on 10 dev requests (AVX2 machine, fp32, Qwen target): end to end over one forward 1.09x
-# [1.02, 1.17] with 128, 1.06x [0.99, 1.14] with 64 (README "Measured here").
+# [1.02, 1.17] with 128, 1.06x [0.99, 1.14] with 64 (book/measured.md).
 ELASTIC_PREFILL_CHUNK = 128
 
 # The fixed budget, used where the machine's choice is not made (`BenchConfig.tree_budget="fixed"`,

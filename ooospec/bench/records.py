@@ -14,6 +14,7 @@ from ooospec.data.request import Call
 from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult
 from ooospec.models.arithmetic import NEAR_TIE_GAPS, first_difference, sentences
+from ooospec.paths import shown
 from ooospec.stage import Stage
 
 
@@ -132,7 +133,8 @@ class BenchRecords(list):
 
     def notes(self) -> list[str]:
         """Lines a reader must see next to the numbers."""
-        which = {"slot": f"the trained sidecar ({self.plan.adapter})", "oracle": "the ORACLE sidecar (the target's "
+        adapter_shown = shown(self.plan.adapter) if self.plan.adapter is not None else None
+        which = {"slot": f"the trained sidecar ({adapter_shown})", "oracle": "the ORACLE sidecar (the target's "
                  "own greedy call)", "gold": "a sidecar answering with the GOLD call"}[self.plan.sidecar]
         lines = [f"measured in {self.arithmetic()}", f"OoO-Spec ran with {which}"] + list(self.plan.notes)
         lines += [f"target {t} skipped: {why}" for t, why in self.skipped_targets.items()]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen3Config
 
 ARCHITECTURES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
 
@@ -103,3 +103,68 @@ def tiny_target(model: torch.nn.Module, tokenizer: Any = None, eos_token_ids: li
     from ooospec.models.target import TargetModel
 
     return TargetModel("tiny", model, tokenizer, surface, list(eos_token_ids))
+
+
+# the call `tiny_tool_target` writes unless told otherwise
+TINY_CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
+
+
+class ScriptedLlama(LlamaForCausalLM):
+    """A tiny Llama whose greedy output is a fixed token script.
+
+    A random tiny model never writes a tool call, so examples that show a parsed call (the public
+    API's docstring, the README) need a target that does. This one runs the real Llama forward (so
+    the KV cache, tree masks and cache commits are exercised as for any target) and then replaces
+    its logits: the row at absolute position ``p`` predicts ``script[p - start + 1]``, where
+    ``start`` is the prompt length, and EOS past the script's end. A prefill forward carries no
+    ``position_ids`` (the verifier passes them only to verify forwards), which is how ``start`` is
+    learnt, chunked prefills included. Every decoding method therefore writes the script, and a draft
+    is accepted exactly where it matches it."""
+
+    def __init__(self, config: LlamaConfig, script: list[int], eos_token_id: int):
+        super().__init__(config)
+        self.script, self.eos, self.start = list(script), int(eos_token_id), 0
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None,
+                logits_to_keep: int = 0, **kwargs):
+        past = cache.get_seq_length() if cache is not None else 0
+        if position_ids is None:
+            self.start = past + input_ids.shape[1]
+            positions = torch.arange(past, past + input_ids.shape[1])
+        else:
+            positions = position_ids[0].cpu()
+        out = super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              cache=cache, logits_to_keep=logits_to_keep, **kwargs)
+        positions = positions[-out.logits.shape[1]:]
+        logits = torch.zeros_like(out.logits)
+        for row, position in enumerate(positions.tolist()):
+            index = position - self.start + 1
+            logits[0, row, self.script[index] if 0 <= index < len(self.script) else self.eos] = 10.0
+        out.logits = logits
+        return out
+
+
+def scripted_llama(script: list[int], eos_token_id: int, vocab_size: int, seed: int = 0) -> ScriptedLlama:
+    """A one-layer `ScriptedLlama` writing ``script`` then ``eos_token_id``."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+                         tie_word_embeddings=True)
+    return ScriptedLlama(config, script, eos_token_id).eval()
+
+
+def tiny_tool_target(call: dict[str, Any] | None = None, seed: int = 0) -> Any:
+    """A tiny target that answers every request with one tool call (``call``, default `TINY_CALL`)
+    in the Hermes ``<tool_call>`` surface, tools in a system message: a `TargetModel` for examples
+    and tests that must show a call being written, parsed and drafted, in well under a second."""
+    from ooospec.data.request import Call
+    from ooospec.models.formats import get_surface
+    from ooospec.models.target import TargetModel
+
+    tokenizer = tiny_tokenizer()
+    surface = get_surface("hermes_tool_call")
+    text = surface.render([Call.from_dict(call or TINY_CALL)])
+    script = tokenizer.encode(text, add_special_tokens=False)
+    model = scripted_llama(script, tokenizer.eos_token_id, len(tokenizer), seed=seed)
+    return TargetModel("tiny-tool", model, tokenizer, surface, [tokenizer.eos_token_id],
+                       prompt_style="system_tools_json")
