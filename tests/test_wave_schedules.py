@@ -213,6 +213,7 @@ def test_a_bench_run_records_each_requests_schedule_and_its_calibration(tmp_path
     from ooospec.bench.runner import run_bench
     from ooospec.bench.slices import slice_path, wave_costs_path
     from ooospec.bench.wave_costs import costs_path
+    from ooospec.paths import shown
 
     monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     methods = ["toolspec:both_cores", "ooospec:wave=policy", "ooospec:wave=deferred", "ooospec:wave=none"]
@@ -235,5 +236,5 @@ def test_a_bench_run_records_each_requests_schedule_and_its_calibration(tmp_path
     run_bench(_config(targets=["tiny"], benchmarks=["apibank"], methods=methods, warmup=0),
               targets=TinyTargets(), load_requests=FILES.__getitem__)
     refused = [line for line in capsys.readouterr().out.splitlines() if "refused" in line]
-    assert len(refused) == 1 and str(costs_path("tiny")) in refused[0] and "cores 16 there" in refused[0]
+    assert len(refused) == 1 and shown(costs_path("tiny")) in refused[0] and "cores 16 there" in refused[0]
     assert json.loads(costs_path("tiny").read_text())["machine"] == beside["machine"]

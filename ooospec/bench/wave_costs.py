@@ -27,7 +27,7 @@ from ooospec.decoding.loop import Prefill
 from ooospec.decoding.tree import TreeBudget, build_tree
 from ooospec.decoding.verifier import TreeVerifier, commit_kv
 from ooospec.decoding.wave_policy import WaveCosts
-from ooospec.paths import artifact_path
+from ooospec.paths import artifact_path, shown
 
 # what must match for a calibration to be used: the arithmetic and the machine it ran on
 MACHINE_FIELDS = ("dtype", "device", "cpu", "cpu_capability", "bf16_kernels", "cores", "kernels")
@@ -78,13 +78,13 @@ def usable(path: Path, target: str, machine: dict[str, Any]) -> tuple[Calibratio
     try:
         found = Calibration.read(path)
     except (ValueError, KeyError, TypeError) as err:
-        return None, f"{path}: not a wave-cost calibration ({err})"
+        return None, f"{shown(path)}: not a wave-cost calibration ({err})"
     if found.costs.target != target:
-        return None, f"{path}: measured for {found.costs.target}, not {target}"
+        return None, f"{shown(path)}: measured for {found.costs.target}, not {target}"
     differs = {k: (found.machine.get(k), v) for k, v in machine.items() if found.machine.get(k) != v}
     if differs:
         what = "; ".join(f"{k} {a!r} there, {b!r} here" for k, (a, b) in differs.items())
-        return None, f"{path}: measured on another machine or arithmetic ({what}): refused, measuring again"
+        return None, f"{shown(path)}: measured on another machine or arithmetic ({what}): refused, measuring again"
     return found, None
 
 
