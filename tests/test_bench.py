@@ -21,9 +21,9 @@ from ooospec.models.arithmetic import first_difference
 from ooospec.bench.methods import (HINT_ROOM_ABLATION, HINT_ROOM_CONTROL, FSMOff, MethodSpec, RetrievalOff,
                                    ablation_methods, budget_methods, method_budget, method_sources, parse_methods)
 from ooospec.bench.oracle_calls import CallDirectory
-from ooospec.bench.ablations import ablation_findings, ablation_table, crossover, delay_sweep
-from ooospec.bench.hint_tables import arrival_bucket, hint_table
-from ooospec.bench.tables import main_table, method_table
+from ooospec.report.ablations import ablation_findings, ablation_table, crossover, delay_sweep
+from ooospec.report.hint_tables import arrival_bucket, hint_table
+from ooospec.report.tables import main_table, method_table
 from ooospec.data.request import Request
 from ooospec.decoding.toolspec import ToolSpec
 from weather_requests import weather_requests
@@ -257,7 +257,7 @@ def test_hint_table_counts_arrivals_shares_and_bytes():
 
 
 def test_the_wave_gate_table_sets_the_gate_beside_its_control():
-    from ooospec.bench.ablations import wave_gate_table
+    from ooospec.report.ablations import wave_gate_table
 
     skipped = {"submitted": False, "ready_round": None, "error": "wave skipped: the last 2 waves were still out"}
     late = {"submitted": True, "ready_round": None, "error": "hint not ready before the request finished"}
@@ -426,8 +426,8 @@ def test_an_interrupted_slice_leaves_no_file_and_is_redone(artifacts):
 
 
 def test_speedup_intervals_and_the_generated_verdict():
-    from ooospec.bench.speedups import interval_pivot, speedup_intervals
-    from ooospec.bench.verdict import Claims, verdict
+    from ooospec.report.speedups import interval_pivot, speedup_intervals
+    from ooospec.report.verdict import Claims, verdict
 
     records = []
     for i in range(12):  # OoO-Spec (static) 1.25x faster than ToolSpec in the decode phase on every request
@@ -466,8 +466,8 @@ def test_speedup_intervals_and_the_generated_verdict():
 def test_speedups_are_over_the_same_work_and_a_near_tie_flip_is_left_out():
     """A request whose output differs from the reference's (a near-tie flip that wrote a much longer
     output) did other work: it leaves the primary ratio and its n, and stays in the all-requests ones."""
-    from ooospec.bench.speedups import interval_pivot, speedup_intervals
-    from ooospec.bench.verdict import Claims, verdict
+    from ooospec.report.speedups import interval_pivot, speedup_intervals
+    from ooospec.report.verdict import Claims, verdict
 
     def out(n: int, flip: bool = False) -> list[int]:
         return [7] * n if not flip else [7, 8] + [9] * (n - 2)
@@ -504,9 +504,9 @@ def test_speedups_are_over_the_same_work_and_a_near_tie_flip_is_left_out():
 
 
 def test_without_any_request_of_the_same_work_there_is_no_speedup_and_no_verdict():
-    from ooospec.bench.intervals import TOO_FEW
-    from ooospec.bench.speedups import speedup_intervals
-    from ooospec.bench.verdict import Claims, verdict
+    from ooospec.report.intervals import TOO_FEW
+    from ooospec.report.speedups import speedup_intervals
+    from ooospec.report.verdict import Claims, verdict
 
     records = []
     for i in range(6):
@@ -521,7 +521,7 @@ def test_without_any_request_of_the_same_work_there_is_no_speedup_and_no_verdict
 
 
 def test_stored_records_without_outputs_are_judged_by_their_flag_against_ar_only():
-    from ooospec.bench.speedups import speedup_intervals
+    from ooospec.report.speedups import speedup_intervals
 
     records = []
     for i in range(6):  # no output_ids: AR judges by identical_to_ar, ToolSpec cannot judge at all
@@ -576,7 +576,7 @@ def test_a_hung_sidecar_is_restarted_and_the_restart_recorded():
 
 
 def test_a_request_the_target_cannot_be_prompted_with_is_recorded_not_fatal(artifacts):
-    from ooospec.bench.tables import main_table
+    from ooospec.report.tables import main_table
 
     empty = Request("apibank-empty", "apibank", "eval", [], FILES["apibank"][0].tools, None)
     files = {"apibank": [empty] + FILES["apibank"][:2], "bfcl": FILES["bfcl"]}
@@ -610,7 +610,7 @@ def test_code_fingerprint_follows_the_source_and_refuses_a_missing_part():
 
 
 def test_prefill_ratios_set_the_own_prefill_against_the_shared_one():
-    from ooospec.bench.speedups import prefill_ratios
+    from ooospec.report.speedups import prefill_ratios
 
     records = []
     for i in range(8):  # OoO-Spec's own prefill takes 6 s where the shared one took 5 s
@@ -626,13 +626,13 @@ def test_prefill_ratios_set_the_own_prefill_against_the_shared_one():
     ("Sure! The weather in Paris is sunny.", "prose (no call)"),
 ])
 def test_an_unparsed_output_is_labelled_by_what_it_is(text, kind):
-    from ooospec.bench.outputs import output_kind
+    from ooospec.report.ar_accuracy import output_kind
 
     assert output_kind(text) == kind
 
 
 def test_compact_tables_keep_the_primary_statistic_under_readable_names():
-    from ooospec.bench.tables import compact, main_table
+    from ooospec.report.tables import compact, main_table
 
     table = compact(main_table(SYNTHETIC), "main")
     assert table.index.names == ["target", "benchmark", "method"]

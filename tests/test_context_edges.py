@@ -173,7 +173,7 @@ def _prompt_tokens(request: Request) -> int:
 
 
 def test_a_slice_with_a_too_long_and_a_near_request_writes_the_good_ones(artifacts):
-    from ooospec.bench.tables import main_table
+    from ooospec.report.tables import main_table
 
     good = weather_requests("apibank", 2)
     near, long = _asking("apibank-near", 10), _asking("apibank-long", 20)

@@ -10,7 +10,8 @@ from ooospec.data.request import Request
 from ooospec.models.formats import get_surface
 from ooospec.models.target import TargetModel
 from ooospec.models.tiny import tiny_model_and_tokenizer
-from ooospec.training.teacher import commit_traces, first_valid_call, run_teacher, validity_by_source, validity_table
+from ooospec.report.training_chapters import validity_table
+from ooospec.training.teacher import commit_traces, first_valid_call, run_teacher, validity_by_source
 
 TOOLS = [{"name": "get_weather", "description": "Weather now.",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},

@@ -337,7 +337,7 @@ def run_cell(cfg: BenchConfig, target: str, benchmark: str, *, targets: TargetPr
              load_requests: Callable[[str], list[Request]] = load_benchmark) -> tuple[Path, list[dict[str, Any]]]:
     """One (target, benchmark) slice on its own -> (its slice file, its records).
 
-    The unit of work of `ooospec.bench.sweep` (one Ray task each). It runs `BenchRun.run_target`, the
+    The unit of work of `ooospec.reproduce.ray_sweep` (one Ray task each). It runs `BenchRun.run_target`, the
     same code as `run_bench`'s loop, for a single pending benchmark: same requests in file order, all
     methods interleaved, same slice file; only its warm-up requests are this benchmark's instead
     of the target's first pending one's (warm-up is untimed and leaves no state in the records).

@@ -110,7 +110,7 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
 
 def load_role_frame(name: str, profile: str | Profile = "cpu") -> TargetModel:
     """A target or role without weights (``model`` is None): tokenizer, surface, prompt and EOS,
-    all that replaying its known outputs needs (`ooospec.bench.hint_replay`)."""
+    all that replaying its known outputs needs (`ooospec.studies.hint_replay`)."""
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     return _role_target(name, prof, prof.role(name), None, load_tokenizer(name, prof))
 

@@ -124,21 +124,6 @@ def read_layer_sweep(path: Path | None = None) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def layer_sweep_figure(sweep: dict[str, Any]):
-    """The untrained cut base's slot-row NLL per kept-layer count (how far from calibrated a cut is)."""
-    import matplotlib.pyplot as plt
-
-    untrained = sweep["untrained"]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.bar([str(u["num_layers"]) for u in untrained], [u["untrained_completion_nll"] for u in untrained],
-           color="tab:gray")
-    ax.set(title="Cut SmolLM2 before training: slot-row NLL by kept layers", xlabel="decoder layers kept (k)",
-           ylabel="completion NLL (nats/token)")
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    return fig
-
-
 # ---------------------------------------------------------------- inputs
 
 

@@ -524,21 +524,6 @@ def validity_by_source(records: list[dict[str, Any]]) -> dict[str, dict[str, Any
     }
 
 
-def validity_table(records: list[dict[str, Any]]):
-    """`validity_by_source` as a DataFrame with a total row (for the notebook)."""
-    import pandas as pd
-
-    rows = [{"source": s, **{k: v for k, v in r.items() if k != "reasons"},
-             **{f"invalid: {k}": n for k, n in r["reasons"].items()}}
-            for s, r in validity_by_source(records).items()]
-    frame = pd.DataFrame(rows).fillna(0)
-    total = {"source": "all", **frame.drop(columns=["source", "valid_rate"]).sum(numeric_only=True).to_dict()}
-    total["valid_rate"] = round(total["valid"] / max(total["requests"], 1), 4)
-    frame = pd.concat([frame, pd.DataFrame([total])], ignore_index=True)
-    counts = [c for c in frame.columns if c not in ("source", "valid_rate")]
-    return frame.astype({c: int for c in counts})
-
-
 def throughput(records: list[dict[str, Any]]) -> dict[str, float]:
     """Measured cost of the generated (not reused) records: seconds per request, tokens per second."""
     own = [r for r in records if r.get("origin", "generated") == "generated"] or records
@@ -589,27 +574,6 @@ def _machine(config: dict[str, Any]) -> dict[str, Any]:
 
     profile = load_profile(config.get("profile", "cpu"))
     return arithmetic_of(profile.model("teacher")).to_dict()
-
-
-def validity_figure(records: list[dict[str, Any]], title: str = "Teacher: first valid call per source"):
-    """Bar chart of the valid-call rate per source, each bar labelled valid/requests."""
-    import matplotlib.pyplot as plt
-
-    table = validity_by_source(records)
-    sources = list(table)
-    rates = [table[s]["valid_rate"] * 100 for s in sources]
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    bars = ax.barh(sources, rates, color="#4c72b0")
-    for bar, source in zip(bars, sources):
-        row = table[source]
-        ax.text(bar.get_width() + 1, bar.get_y() + bar.get_height() / 2, f"{row['valid']}/{row['requests']}",
-                va="center", fontsize=9)
-    ax.set_xlim(0, 112)
-    ax.set_xlabel("requests with a valid first call (%)")
-    ax.set_title(title)
-    ax.invert_yaxis()
-    fig.tight_layout()
-    return fig
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -676,22 +640,6 @@ def arithmetic_sentence(records: list[dict[str, Any]], profile: str) -> str:
     traced = sum(not str(r.get("origin", "")).startswith("committed") for r in records)
     return (f"Committed traces read: {used} (frozen: made on an avx512_bf16 CPU, see each set's provenance). "
             f"Traced here, or by an earlier local run: {traced}. This machine would run the teacher in {here}.")
-
-
-def committed_sets() -> list[dict[str, Any]]:
-    """One row per committed trace set (chunk): its split, records, valid calls, measured seconds
-    per request and the code commit that made it, from its `provenance.json`."""
-    rows = []
-    for folder in sorted(p.parent for p in committed_dir().glob("*/provenance.json")):
-        provenance = json.loads((folder / "provenance.json").read_text())
-        config = json.loads((folder / "config.json").read_text())
-        rows.append({"set": folder.name, "split": config.get("split"), "records": provenance.get("records"),
-                     "valid": provenance.get("valid"),
-                     "s/request": provenance.get("throughput", {}).get("seconds_per_request"),
-                     "decoder": config.get("generation", {}).get("decoder"),
-                     "arithmetic": config.get("generation", {}).get("dtype"),
-                     "code commit": (provenance.get("code_commit") or "")[:10]})
-    return rows
 
 
 if __name__ == "__main__":

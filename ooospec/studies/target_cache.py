@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import torch
 
 # the package source a study's records depend on: its hash is part of every study stage's key
-STUDY_CODE = ("bench/targets.py", "bench/methods.py", "bench/verify_cost.py", "decoding", "models")
+STUDY_CODE = ("studies/target_cache.py", "bench/methods.py", "bench/verify_cost.py", "decoding", "models")
 
 
 @contextmanager
