@@ -6,8 +6,8 @@ run) -> `ooospec.report` (tables, intervals, figures) -> `ooospec.bench` (the ha
 name, plan, runner, records) -> `ooospec.training` (teacher traces, LoRA training) ->
 `ooospec.decoding` (the engine: tree, verifier, loop, draft sources) -> `ooospec.sidecar` (slot
 rows, predictor protocol, predictor, service) -> `ooospec.models` (profiles, loading, targets,
-surface formats, frozen adapters) -> `ooospec.data` (Request records). `paths`, `stage` and
-`progress` are shared by all of them.
+surface formats, frozen adapters) -> `ooospec.data` (Request records). `paths`, `stage`,
+`progress` and `provenance` are shared by all of them.
 """
 
 __version__ = "0.1.0"

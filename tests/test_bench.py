@@ -392,6 +392,19 @@ def test_tiny_bench_run_writes_lossless_records_and_resumes_per_slice(artifacts)
     assert targets.loads == 2 and redo.exists() and kept.stat().st_mtime_ns == stamp
 
 
+def test_one_bench_run_reads_its_profile_once(artifacts, monkeypatch):
+    """The plan resolves the profile and carries it (`BenchPlan.profile`): the stage key, the
+    arithmetic, the sidecar adapter and every target read it from there, not from the YAML again."""
+    from ooospec.models import registry
+
+    reads = []
+    real = registry._read_yaml
+    monkeypatch.setattr(registry, "_read_yaml", lambda path: reads.append(path) or real(path))
+    records = run_bench(_config(), targets=TinyTargets(), load_requests=FILES.__getitem__)
+    assert records.plan.profile is not None and records.plan.profile.name == "cpu"
+    assert len(reads) == 1, f"the profile was read {len(reads)} times: {reads}"
+
+
 def test_studies_decode_through_the_bench_loop_without_a_stage(artifacts):
     """`decode_requests` is the runner's own loop for the studies and the lossless test: AR first in
     the plan, a record per request and method compared with AR, one slice per benchmark (or one

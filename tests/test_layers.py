@@ -3,7 +3,7 @@ models -> data, and no module of the package imports itself back through any cha
 
 Parsed from the source (module-level and function-level imports alike), so a lazy import inside a
 function cannot hide a cycle. ``training`` may use the decoder (the teacher decodes with it), never
-the other way round; the top-level helpers (``paths``, ``stage``, ``progress``,
+the other way round; the top-level helpers (``paths``, ``stage``, ``progress``, ``provenance``,
 ``notebook``) import no package of ours but ``paths``.
 
 The three layers above the harness, and why in this order:
@@ -37,7 +37,7 @@ ALLOWED = {
     "studies": {"data", "models", "sidecar", "decoding", "training", "bench", "report"},
     "reproduce": {"data", "models", "sidecar", "decoding", "training", "bench", "report", "studies"},
 }
-HELPERS = {"paths", "stage", "progress", "notebook", "resources"}
+HELPERS = {"paths", "stage", "progress", "notebook", "resources", "provenance"}
 MAX_BENCH_MODULES = 14  # the harness: config, plan, methods, runner, ... and __init__
 
 

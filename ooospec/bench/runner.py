@@ -67,7 +67,7 @@ class SliceRunner:
         self.cfg, self.plan, self.target, self.pool = cfg, plan, target, pool
         self.oracle_calls = oracle_calls  # AR's first calls, for the oracle sidecar (None: no oracle runs)
         self.verifier = TreeVerifier.for_target(target, track_margins=cfg.track_margins)
-        self.arithmetic = running_arithmetic(target.model, requested=requested_dtype(cfg.profile, target.name)).to_dict()
+        self.arithmetic = running_arithmetic(target.model, requested=requested_dtype(plan.resolved_profile(cfg), target.name)).to_dict()
         self.budget_choice: BudgetChoice | None = None  # `choose_budget` sets it before any decode
 
     def choose_budget(self, requests: list[Request]) -> BudgetChoice:
@@ -301,7 +301,7 @@ def run_bench(cfg: BenchConfig, *, targets: TargetProvider | None = None,
     """
     plan = plan_bench(cfg)
     stage = bench_stage(cfg, plan)
-    provider = targets or ProfileTargets(cfg.profile)
+    provider = targets or ProfileTargets(plan.profile)
     work = Workload.load(cfg, cfg.benchmarks, load_requests)
     skipped: dict[str, str] = {}
     fingerprints: dict[str, str] = {}
@@ -346,7 +346,7 @@ def run_cell(cfg: BenchConfig, target: str, benchmark: str, *, targets: TargetPr
     """
     plan = plan_bench(cfg)
     stage = bench_stage(cfg, plan)
-    provider = targets or ProfileTargets(cfg.profile)
+    provider = targets or ProfileTargets(plan.profile)
     fingerprint = provider.fingerprint(target)
     path = slice_path(stage, target, fingerprint, benchmark)
     if not path.exists():

@@ -150,8 +150,9 @@ def plan_cells(configs: dict[str, BenchConfig], targets: TargetProvider | None =
 
     pending, finished, skipped_targets = [], [], {}
     for label, cfg in configs.items():
-        stage = bench_stage(cfg, plan_bench(cfg))
-        provider = targets or ProfileTargets(cfg.profile)
+        plan = plan_bench(cfg)
+        stage = bench_stage(cfg, plan)
+        provider = targets or ProfileTargets(plan.profile)
         for name in cfg.targets:
             try:
                 fingerprint = provider.fingerprint(name)

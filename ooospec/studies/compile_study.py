@@ -19,7 +19,6 @@ profile stays an option until its compile time is paid back over a run (see the 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +29,7 @@ import pandas as pd
 from ooospec.report.speedups import speedup_intervals
 from ooospec.report.tables import method_table
 from ooospec.models.arithmetic import first_difference
+from ooospec.provenance import code_commit
 from ooospec.stage import read_jsonl
 
 COMPILED_OPTIONS = (("cpu", "sdpa"), ("cpu-compiled", "sdpa"))  # eager bf16 beside compiled bf16, one process
@@ -149,10 +149,9 @@ def measure(out: Path, *, targets: tuple[str, ...] = ("qwen2.5-coder-0.5b", "smo
         (out / name).write_text("".join(json.dumps(r) + "\n" for r in slim(records)))
     compile_reports = {p.stem.removeprefix("compile-"): json.loads(p.read_text())
                        for p in after.stage.dir.glob("compile-*.json")}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     provenance = {
         "what": "torch.compile (inductor, freezing, dynamic shapes; profile cpu-compiled) against eager bf16 (cpu)",
-        "made_by": "ooospec.studies.compile_study.measure", "code_commit": commit,
+        "made_by": "ooospec.studies.compile_study.measure", "code_commit": code_commit(short=True),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "arithmetic_study": {"targets": list(targets), "options": [list(o) for o in COMPILED_OPTIONS],
                              "seconds": round(study_s)},

@@ -20,8 +20,8 @@ from ooospec.bench.sampling import sample_requests
 from ooospec.bench.tree_budget import ACCEPTANCE_FILE, CANDIDATES, acceptance_dir
 from ooospec.data import load_split
 from ooospec.models.arithmetic import profile_arithmetic
+from ooospec.provenance import code_commit
 from ooospec.studies.target_cache import cached_target
-from ooospec.training.teacher import code_commit
 
 
 def measure_acceptance(targets: tuple[str, ...], *, profile: str = "cpu", requests: int = 20, seed: int = 0,

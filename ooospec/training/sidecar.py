@@ -13,7 +13,6 @@ trains into its own keyed stage directory.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -26,6 +25,7 @@ import torch
 
 from ooospec.data.request import Request
 from ooospec.paths import artifacts_dir, shown
+from ooospec.provenance import file_sha256_or_none
 from ooospec.sidecar.metrics import score_to_dict, score_wave, summarize
 from ooospec.sidecar.predictor import SlotPredictor, encode
 from ooospec.sidecar.slots import CALLS_DIALOGUE, SlotPromptConfig, SlotRow, request_prefix
@@ -125,10 +125,6 @@ def read_layer_sweep(path: Path | None = None) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------- inputs
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_requests(split: str) -> list[Request]:
@@ -459,7 +455,7 @@ def _provenance() -> dict[str, Any]:
     data = {}
     for split in ("train", "dev"):
         path = artifacts_dir() / "data" / f"{split}.jsonl"
-        data[split] = file_sha256(path) if path.exists() else None
+        data[split] = file_sha256_or_none(path)
     from ooospec.models.arithmetic import cpu_capability, cpu_model
     from ooospec.models.loading import bf16_supported_on_cpu
 

@@ -42,6 +42,7 @@ from ooospec.models.registry import load_profile
 from ooospec.models.surface import SurfaceFormat
 from ooospec.models.target import TargetModel
 from ooospec.paths import artifacts_dir
+from ooospec.provenance import code_commit, file_sha256
 from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, canonical_json, done_ids, read_jsonl
 from ooospec.progress import progress_bar
 
@@ -321,7 +322,7 @@ def committed_records(settings: dict[str, Any]) -> dict[tuple[str, str], dict[st
         arithmetic = config["generation"].get(ARITHMETIC_SETTING)
         traces = config_file.parent / TRACES_FILE
         expected = json.loads((config_file.parent / "provenance.json").read_text())["sha256"]
-        actual = hashlib.sha256(traces.read_bytes()).hexdigest()
+        actual = file_sha256(traces)
         if actual != expected:
             raise ValueError(f"{traces}: sha256 {actual} does not match provenance.json ({expected}); "
                              f"restore it with git (git checkout -- {traces}) or delete the directory")
@@ -533,19 +534,6 @@ def throughput(records: list[dict[str, Any]]) -> dict[str, float]:
             "prompt_tokens_mean": round(sum(r["prompt_tokens"] for r in own) / max(len(own), 1), 1)}
 
 
-def code_commit() -> str | None:
-    """The git commit of the code that made an artifact (None outside a checkout)."""
-    import subprocess
-
-    from ooospec.paths import REPO_ROOT
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
 def commit_traces(records: list[dict[str, Any]], name: str, config: dict[str, Any],
                   provenance: dict[str, Any]) -> Path:
     """Write trace records under ``artifacts/committed/teacher/<name>/`` with their config and sha256."""
@@ -554,7 +542,7 @@ def commit_traces(records: list[dict[str, Any]], name: str, config: dict[str, An
     with open(target / TRACES_FILE, "w", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps({**record, "origin": "generated"}, ensure_ascii=False) + "\n")
-    digest = hashlib.sha256((target / TRACES_FILE).read_bytes()).hexdigest()
+    digest = file_sha256(target / TRACES_FILE)
     (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
     (target / "provenance.json").write_text(json.dumps({
         **provenance, "sha256": digest, "records": len(records),
