@@ -238,7 +238,7 @@ def test_warm_up_skips_a_request_that_cannot_be_decoded():
 def test_the_teacher_records_a_too_long_prompt_and_caps_a_near_one(tmp_path, monkeypatch, decoder):
     from ooospec.models.formats import get_surface
     from ooospec.models.target import TargetModel
-    from ooospec.training.teacher import run_teacher
+    from ooospec.training.teacher import TeacherSettings, run_teacher
 
     monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     model, tokenizer = tiny_model_and_tokenizer(seed=1)
@@ -250,8 +250,9 @@ def test_the_teacher_records_a_too_long_prompt_and_caps_a_near_one(tmp_path, mon
     context = lengths["near"] + 3
     model.config.max_position_embeddings = context
     probe = PositionProbe(model)
-    run = run_teacher(requests, split="train", teacher=teacher, model_pin="tiny-seed1", max_new_tokens=6, limit=None,
-                      batch_size=4, decoder=decoder)
+    asked = TeacherSettings(split="train", model_pin="tiny-seed1", max_new_tokens=6, limit=None, batch_size=4,
+                            decoder=decoder)
+    run = run_teacher(requests, asked, teacher=teacher)
     by_id = {r["id"]: r for r in run.records}
     assert len(by_id) == 4 and run.stage.done
     long = by_id["long"]
@@ -262,8 +263,7 @@ def test_the_teacher_records_a_too_long_prompt_and_caps_a_near_one(tmp_path, mon
     assert 0 <= probe.max_position < context
     assert run.summary["validity_by_source"]["src"]["reasons"].get("prompt_too_long") == 1
     # the refusal survives a rerun that reads the records back (verdicts are re-derived from the text)
-    again = run_teacher(requests, split="train", teacher=teacher, model_pin="tiny-seed1", max_new_tokens=6,
-                        limit=None, batch_size=4, decoder=decoder)
+    again = run_teacher(requests, asked, teacher=teacher)
     assert again.generated == 0 and {r["id"]: r["reason"] for r in again.records}["long"] == long["reason"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -11,7 +12,7 @@ from ooospec.models.formats import get_surface
 from ooospec.models.target import TargetModel
 from ooospec.models.tiny import tiny_model_and_tokenizer
 from ooospec.report.training_chapters import validity_table
-from ooospec.training.teacher import commit_traces, first_valid_call, run_teacher, validity_by_source
+from ooospec.training.teacher import TeacherSettings, commit_traces, first_valid_call, run_teacher, validity_by_source
 
 TOOLS = [{"name": "get_weather", "description": "Weather now.",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
@@ -32,8 +33,9 @@ def tiny_teacher() -> TargetModel:
                        [tokenizer.eos_token_id], prompt_style="system_tools_json")
 
 
-def _run(teacher, requests, **kwargs):
-    return run_teacher(requests, split="train", teacher=teacher, model_pin="tiny-seed1", max_new_tokens=6, **kwargs)
+def _run(teacher, requests, on_batch=None, **settings):
+    return run_teacher(requests, TeacherSettings(split="train", model_pin="tiny-seed1", max_new_tokens=6, **settings),
+                       teacher=teacher, on_batch=on_batch)
 
 
 def test_first_valid_call_rules():
@@ -105,8 +107,8 @@ def test_committed_traces_are_reused_and_checked(tmp_path, monkeypatch, tiny_tea
     assert run.reused == 3 and run.generated == 2
     origins = {r["id"]: r["origin"] for r in run.records}
     assert sorted(o for o in origins.values() if o.startswith("committed")) == ["committed:tiny"] * 3
-    changed = run_teacher(requests, split="train", teacher=tiny_teacher, model_pin="tiny-seed1", max_new_tokens=5,
-                          limit=None, batch_size=1)
+    changed = run_teacher(requests, TeacherSettings(split="train", model_pin="tiny-seed1", max_new_tokens=5, limit=None,
+                                                    batch_size=1), teacher=tiny_teacher)
     assert changed.reused == 0  # other generation settings: nothing reused
     (committed / "traces.jsonl").write_text((committed / "traces.jsonl").read_text().replace('"r', '"x', 1))
     with pytest.raises(ValueError, match="does not match provenance"):
@@ -147,10 +149,10 @@ def test_engine_traces_equal_generate_traces(tiny_teacher, tmp_path, monkeypatch
 def test_shards_split_the_work_and_complete_one_stage(tiny_teacher, tmp_path, monkeypatch):
     monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     requests = _requests(5)
-    run = dict(split="train", teacher=tiny_teacher, model_pin="tiny-seed1", max_new_tokens=5, limit=None, reuse=False)
-    first = run_teacher(requests, shard=(0, 2), **run)
+    run = TeacherSettings(split="train", model_pin="tiny-seed1", max_new_tokens=5, limit=None, reuse=False)
+    first = run_teacher(requests, replace(run, shard=(0, 2)), teacher=tiny_teacher)
     assert first.generated == 3 and not first.stage.done
-    second = run_teacher(requests, shard=(1, 2), **run)
+    second = run_teacher(requests, replace(run, shard=(1, 2)), teacher=tiny_teacher)
     assert second.generated == 2 and second.stage.done
     assert len(second.records) == 5 and {r["id"] for r in second.records} == {r.id for r in requests}
 
@@ -183,10 +185,11 @@ def test_frozen_traces_serve_any_arithmetic_and_are_re_derived_only_on_purpose(t
     with monkeypatch.context() as patched:
         patched.setattr(teacher_module, "profile_teacher_settings", lambda *args, **kwargs: fp32)
         patched.setattr(teacher_module, "profile_teacher", lambda profile: pytest.fail("the teacher was loaded"))
-        served = run_teacher(requests[:3], split="train", profile="cpu", limit=None, max_new_tokens=6, batch_size=1)
+        served = run_teacher(requests[:3], TeacherSettings(split="train", profile="cpu", limit=None, max_new_tokens=6,
+                                                           batch_size=1))
     assert served.generated == 0 and len(served.records) == 3
     # the profile's own teacher is never loaded for a request without a committed trace
     other = [Request(id="unseen", benchmark="test", split="train", source="s", tools=TOOLS, gold=None,
                      messages=[{"role": "user", "content": "a request nobody traced"}])]
     with pytest.raises(FrozenAssetMissing, match="1 of 1 requests have no committed trace.*unseen.*make retrace"):
-        run_teacher(other, split="train", profile="cpu", limit=None)
+        run_teacher(other, TeacherSettings(split="train", profile="cpu", limit=None))
