@@ -336,12 +336,6 @@ class TinyTargets:
         return TargetModel("tiny", model, tokenizer, LlamaJson(), [tokenizer.eos_token_id], "system_tools_json")
 
 
-@pytest.fixture()
-def artifacts(tmp_path, monkeypatch):
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
-    return tmp_path
-
-
 FILES = {"apibank": weather_requests("apibank", 6), "bfcl": weather_requests("bfcl", 6)}
 
 

@@ -162,12 +162,6 @@ class SmallContextTargets:
         return TargetModel("tiny", model, tokenizer, LlamaJson(), [tokenizer.eos_token_id], "system_tools_json")
 
 
-@pytest.fixture()
-def artifacts(tmp_path, monkeypatch):
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
-    return tmp_path
-
-
 def _prompt_tokens(request: Request) -> int:
     return len(SmallContextTargets(4096).load("tiny").prompt_ids(request))
 
@@ -235,12 +229,11 @@ def test_warm_up_skips_a_request_that_cannot_be_decoded():
 
 
 @pytest.mark.parametrize("decoder", ["toolspec", "generate"])
-def test_the_teacher_records_a_too_long_prompt_and_caps_a_near_one(tmp_path, monkeypatch, decoder):
+def test_the_teacher_records_a_too_long_prompt_and_caps_a_near_one(artifacts, decoder):
     from ooospec.models.formats import get_surface
     from ooospec.models.target import TargetModel
     from ooospec.training.teacher import TeacherSettings, run_teacher
 
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     model, tokenizer = tiny_model_and_tokenizer(seed=1)
     teacher = TargetModel("tiny-teacher", model, tokenizer, get_surface("qwen_fenced_json"),
                           [tokenizer.eos_token_id], prompt_style="system_tools_json")

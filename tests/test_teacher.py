@@ -9,8 +9,6 @@ import pytest
 
 from ooospec.data.request import Request
 from ooospec.models.formats import get_surface
-from ooospec.models.target import TargetModel
-from ooospec.models.tiny import tiny_model_and_tokenizer
 from ooospec.report.training_chapters import validity_table
 from ooospec.training.teacher import TeacherSettings, commit_traces, first_valid_call, run_teacher, validity_by_source
 
@@ -24,13 +22,6 @@ def _requests(n: int = 5) -> list[Request]:
     return [Request(id=f"r{i}", benchmark="test", split="train", source=f"src{i % 2}",
                     messages=[{"role": "user", "content": "weather in Paris? " * (1 + i % 3) + str(i)}],
                     tools=TOOLS, gold=None) for i in range(n)]
-
-
-@pytest.fixture(scope="module")
-def tiny_teacher() -> TargetModel:
-    model, tokenizer = tiny_model_and_tokenizer(seed=1)
-    return TargetModel("tiny-teacher", model, tokenizer, get_surface("qwen_fenced_json"),
-                       [tokenizer.eos_token_id], prompt_style="system_tools_json")
 
 
 def _run(teacher, requests, on_batch=None, **settings):
@@ -89,17 +80,15 @@ def test_teacher_resumes_after_interruption(tmp_path, monkeypatch, tiny_teacher)
     assert again.generated == 0
 
 
-def test_batched_generation_matches_one_by_one(tmp_path, monkeypatch, tiny_teacher):
+def test_batched_generation_matches_one_by_one(artifacts, tiny_teacher):
     requests = _requests()
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     single = {r["id"]: r["raw_text"] for r in _run(tiny_teacher, requests, limit=None, batch_size=1).records}
     batched = {r["id"]: r["raw_text"] for r in _run(tiny_teacher, requests, limit=None, batch_size=3).records}
     assert single == batched
 
 
-def test_committed_traces_are_reused_and_checked(tmp_path, monkeypatch, tiny_teacher):
+def test_committed_traces_are_reused_and_checked(artifacts, tiny_teacher):
     requests = _requests()
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     first = _run(tiny_teacher, requests, limit=3, batch_size=1)
     config = json.loads(first.stage.path("config.json").read_text())
     committed = commit_traces(first.records, "tiny", config, {"note": "test"})
@@ -115,8 +104,7 @@ def test_committed_traces_are_reused_and_checked(tmp_path, monkeypatch, tiny_tea
         _run(tiny_teacher, requests, limit=4, batch_size=1)
 
 
-def test_validity_per_source_counts(tiny_teacher, tmp_path, monkeypatch):
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+def test_validity_per_source_counts(tiny_teacher, artifacts):
     records = _run(tiny_teacher, _requests(), limit=None, batch_size=1).records
     table = validity_by_source(records)
     assert sum(row["requests"] for row in table.values()) == 5
@@ -126,8 +114,7 @@ def test_validity_per_source_counts(tiny_teacher, tmp_path, monkeypatch):
     assert frame.iloc[-1]["source"] == "all" and frame.iloc[-1]["requests"] == 5
 
 
-def test_a_smaller_run_reuses_a_larger_runs_records(tmp_path, monkeypatch, tiny_teacher):
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+def test_a_smaller_run_reuses_a_larger_runs_records(artifacts, tiny_teacher):
     large = _run(tiny_teacher, _requests(), limit=None, batch_size=1)
     small = _run(tiny_teacher, _requests(), limit=2, batch_size=1)
     assert small.generated == 0 and small.reused == 2
@@ -136,9 +123,8 @@ def test_a_smaller_run_reuses_a_larger_runs_records(tmp_path, monkeypatch, tiny_
     assert fresh.generated == 3
 
 
-def test_engine_traces_equal_generate_traces(tiny_teacher, tmp_path, monkeypatch):
+def test_engine_traces_equal_generate_traces(tiny_teacher, artifacts):
     """The default decoder (our engine with ToolSpec drafts) writes exactly HF generate's text."""
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     requests = _requests(4)
     engine = _run(tiny_teacher, requests, limit=None).records
     plain = _run(tiny_teacher, requests, limit=None, decoder="generate", batch_size=1).records
@@ -146,8 +132,7 @@ def test_engine_traces_equal_generate_traces(tiny_teacher, tmp_path, monkeypatch
     assert engine[0]["call"] == plain[0]["call"]
 
 
-def test_shards_split_the_work_and_complete_one_stage(tiny_teacher, tmp_path, monkeypatch):
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+def test_shards_split_the_work_and_complete_one_stage(tiny_teacher, artifacts):
     requests = _requests(5)
     run = TeacherSettings(split="train", model_pin="tiny-seed1", max_new_tokens=5, limit=None, reuse=False)
     first = run_teacher(requests, replace(run, shard=(0, 2)), teacher=tiny_teacher)
@@ -157,7 +142,7 @@ def test_shards_split_the_work_and_complete_one_stage(tiny_teacher, tmp_path, mo
     assert len(second.records) == 5 and {r["id"] for r in second.records} == {r.id for r in requests}
 
 
-def test_frozen_traces_serve_any_arithmetic_and_are_re_derived_only_on_purpose(tmp_path, monkeypatch, tiny_teacher):
+def test_frozen_traces_serve_any_arithmetic_and_are_re_derived_only_on_purpose(artifacts, monkeypatch, tiny_teacher):
     """Committed traces made in bf16 are read by an fp32 run (their arithmetic carried along); a
     request no committed trace holds stops the profile's teacher with one line instead of hours of
     tracing; `rederive` ignores the committed set and traces here, into a stage of its own."""
@@ -165,7 +150,6 @@ def test_frozen_traces_serve_any_arithmetic_and_are_re_derived_only_on_purpose(t
     from ooospec.training.teacher import committed_dir, committed_records, model_teacher_settings
 
     requests = _requests()
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     first = _run(tiny_teacher, requests, limit=3, batch_size=1)
     config = json.loads(first.stage.path("config.json").read_text())
     config["generation"]["dtype"] = "bfloat16"  # as if traced on a CPU with bf16 kernels
