@@ -49,9 +49,10 @@ class ProfileTargets:
         return config_key({"target": name, "weights": parts}, 8)
 
     def load(self, name: str) -> Any:
-        from ooospec.decoding.compiled import load_for_decoding
+        from ooospec.decoding.compiled import compile_target
+        from ooospec.models.target import load_target
 
-        return load_for_decoding(name, self.profile)
+        return compile_target(load_target(name, self.profile))
 
 
 def targets_sharing_teacher(profile: str | Profile, targets: list[str]) -> list[str]:

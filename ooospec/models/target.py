@@ -89,7 +89,7 @@ def merge_adapter(model: Any, adapter_dir: Path) -> Any:
 
 def load_target(name: str, profile: str | Profile = "cpu") -> TargetModel:
     """A target of the profile, its adapter (if any) merged into the weights; eager. A decoding run
-    compiles it as the profile asks at its entry point (`ooospec.decoding.compiled.load_for_decoding`)."""
+    compiles it as the profile asks at its entry point (`ooospec.decoding.compiled.compile_target`)."""
     prof = resolve_profile(profile)
     prof.target(name)  # unknown target -> error listing the known ones
     return load_role(name, prof)

@@ -27,9 +27,10 @@ def torch_threads(count: int) -> Iterator[None]:
 @lru_cache(maxsize=4)
 def cached_target(name: str, profile: str) -> Any:
     """One load per process and target (loading dominates a small slice)."""
-    from ooospec.decoding.compiled import load_for_decoding
+    from ooospec.decoding.compiled import compile_target
+    from ooospec.models.target import load_target
 
-    return load_for_decoding(name, profile)
+    return compile_target(load_target(name, profile))
 
 
 def available_target(name: str, profile: str) -> tuple[Any | None, str | None]:

@@ -33,14 +33,14 @@ import torch
 
 from ooospec.data.request import Call, Request
 from ooospec.models.context import PROMPT_TOO_LONG, PromptTooLong, fit_budget, model_context
-from ooospec.decoding.compiled import load_role_for_decoding
+from ooospec.decoding.compiled import compile_target
 from ooospec.decoding.loop import decode
 from ooospec.decoding.toolspec import ToolSpec
 from ooospec.decoding.tree import TreeBudget
 from ooospec.models.formats import get_surface
 from ooospec.models.registry import load_profile
 from ooospec.models.surface import SurfaceFormat
-from ooospec.models.target import TargetModel
+from ooospec.models.target import TargetModel, load_role
 from ooospec.paths import artifacts_dir
 from ooospec.provenance import code_commit, file_sha256
 from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, canonical_json, done_ids, read_jsonl
@@ -373,7 +373,7 @@ def judged_records(traces: Path | list[Path], requests: list[Request], surface: 
 @lru_cache(maxsize=1)
 def profile_teacher(profile: str) -> TargetModel:
     """The profile's teacher, loaded once per process (a notebook traces train and dev in turn)."""
-    return load_role_for_decoding("teacher", profile)
+    return compile_target(load_role("teacher", profile))
 
 
 @dataclass(frozen=True)
