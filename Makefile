@@ -71,14 +71,14 @@ $(CHAPTERS)/%.ipynb: notebooks/%.ipynb $(STAMP)
 
 notebooks: $(EXECUTED)
 
-# The time plan (ooospec.bench.reproduce_plan): a short calibration of this machine, the estimate of
+# The time plan (ooospec.reproduce.time_plan): a short calibration of this machine, the estimate of
 # every stage, and the stated reductions that bring it within MINUTES. Made once, after the data
 # chapter (it times a dev request); every later chapter runs with its parameter file, if any.
 PLAN_DIR := artifacts/reproduce-plan
 PLAN := $(PLAN_DIR)/plan.json
 
 $(PLAN): | $(CHAPTERS)/00_data.ipynb
-	$(BIN)/python -m ooospec.bench.reproduce_plan --profile $(PROFILE) --minutes $(MINUTES) --out $(PLAN_DIR)
+	$(BIN)/python -m ooospec.reproduce.time_plan --profile $(PROFILE) --minutes $(MINUTES) --out $(PLAN_DIR)
 
 $(filter-out $(CHAPTERS)/00_data.ipynb,$(EXECUTED)): $(PLAN)
 
@@ -112,7 +112,7 @@ SWEEP_NOTEBOOKS := 05_bench 06_ablations
 
 sweep: setup $(CHAPTERS)/00_data.ipynb $(CHAPTERS)/01_teacher.ipynb $(CHAPTERS)/02_sidecar.ipynb
 	set -e
-	$(BIN)/python -m ooospec.bench.sweep --profile $(PROFILE) --params '$(SWEEP_PARAMS)' --notebooks $(SWEEP_NOTEBOOKS)
+	$(BIN)/python -m ooospec.reproduce.ray_sweep --profile $(PROFILE) --params '$(SWEEP_PARAMS)' --notebooks $(SWEEP_NOTEBOOKS)
 	for nb in $(SWEEP_NOTEBOOKS); do
 		$(BIN)/papermill -k python3 --cwd notebooks notebooks/$$nb.ipynb $(CHAPTERS)/$$nb.ipynb.tmp \
 			-p profile $(PROFILE) -p executor ray -y '$(SWEEP_PARAMS)'

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ooospec.bench.accuracy import (
+from ooospec.report.accuracy import (
     accuracy_table, bfcl_checker, bfcl_functions, bfcl_version, call_match, canonical_call, score_output, score_text,
 )
 from ooospec.data.bfcl import V4_DIR

@@ -21,9 +21,9 @@ from ooospec.models.arithmetic import first_difference
 from ooospec.bench.methods import (HINT_ROOM_ABLATION, HINT_ROOM_CONTROL, FSMOff, MethodSpec, RetrievalOff,
                                    ablation_methods, budget_methods, method_budget, method_sources, parse_methods)
 from ooospec.bench.oracle_calls import CallDirectory
-from ooospec.bench.ablations import ablation_findings, ablation_table, crossover, delay_sweep
-from ooospec.bench.hint_tables import arrival_bucket, hint_table
-from ooospec.bench.tables import main_table, method_table
+from ooospec.report.ablations import ablation_findings, ablation_table, crossover, delay_sweep
+from ooospec.report.hint_tables import arrival_bucket, hint_table
+from ooospec.report.tables import main_table, method_table
 from ooospec.data.request import Request
 from ooospec.decoding.toolspec import ToolSpec
 from weather_requests import weather_requests
@@ -257,7 +257,7 @@ def test_hint_table_counts_arrivals_shares_and_bytes():
 
 
 def test_the_wave_gate_table_sets_the_gate_beside_its_control():
-    from ooospec.bench.ablations import wave_gate_table
+    from ooospec.report.ablations import wave_gate_table
 
     skipped = {"submitted": False, "ready_round": None, "error": "wave skipped: the last 2 waves were still out"}
     late = {"submitted": True, "ready_round": None, "error": "hint not ready before the request finished"}
@@ -336,12 +336,6 @@ class TinyTargets:
         return TargetModel("tiny", model, tokenizer, LlamaJson(), [tokenizer.eos_token_id], "system_tools_json")
 
 
-@pytest.fixture()
-def artifacts(tmp_path, monkeypatch):
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
-    return tmp_path
-
-
 FILES = {"apibank": weather_requests("apibank", 6), "bfcl": weather_requests("bfcl", 6)}
 
 
@@ -392,6 +386,19 @@ def test_tiny_bench_run_writes_lossless_records_and_resumes_per_slice(artifacts)
     assert targets.loads == 2 and redo.exists() and kept.stat().st_mtime_ns == stamp
 
 
+def test_one_bench_run_reads_its_profile_once(artifacts, monkeypatch):
+    """The plan resolves the profile and carries it (`BenchPlan.profile`): the stage key, the
+    arithmetic, the sidecar adapter and every target read it from there, not from the YAML again."""
+    from ooospec.models import registry
+
+    reads = []
+    real = registry._read_yaml
+    monkeypatch.setattr(registry, "_read_yaml", lambda path: reads.append(path) or real(path))
+    records = run_bench(_config(), targets=TinyTargets(), load_requests=FILES.__getitem__)
+    assert records.plan.profile is not None and records.plan.profile.name == "cpu"
+    assert len(reads) == 1, f"the profile was read {len(reads)} times: {reads}"
+
+
 def test_studies_decode_through_the_bench_loop_without_a_stage(artifacts):
     """`decode_requests` is the runner's own loop for the studies and the lossless test: AR first in
     the plan, a record per request and method compared with AR, one slice per benchmark (or one
@@ -426,8 +433,8 @@ def test_an_interrupted_slice_leaves_no_file_and_is_redone(artifacts):
 
 
 def test_speedup_intervals_and_the_generated_verdict():
-    from ooospec.bench.speedups import interval_pivot, speedup_intervals
-    from ooospec.bench.verdict import Claims, verdict
+    from ooospec.report.speedups import interval_pivot, speedup_intervals
+    from ooospec.report.verdict import Claims, verdict
 
     records = []
     for i in range(12):  # OoO-Spec (static) 1.25x faster than ToolSpec in the decode phase on every request
@@ -466,8 +473,8 @@ def test_speedup_intervals_and_the_generated_verdict():
 def test_speedups_are_over_the_same_work_and_a_near_tie_flip_is_left_out():
     """A request whose output differs from the reference's (a near-tie flip that wrote a much longer
     output) did other work: it leaves the primary ratio and its n, and stays in the all-requests ones."""
-    from ooospec.bench.speedups import interval_pivot, speedup_intervals
-    from ooospec.bench.verdict import Claims, verdict
+    from ooospec.report.speedups import interval_pivot, speedup_intervals
+    from ooospec.report.verdict import Claims, verdict
 
     def out(n: int, flip: bool = False) -> list[int]:
         return [7] * n if not flip else [7, 8] + [9] * (n - 2)
@@ -504,9 +511,9 @@ def test_speedups_are_over_the_same_work_and_a_near_tie_flip_is_left_out():
 
 
 def test_without_any_request_of_the_same_work_there_is_no_speedup_and_no_verdict():
-    from ooospec.bench.intervals import TOO_FEW
-    from ooospec.bench.speedups import speedup_intervals
-    from ooospec.bench.verdict import Claims, verdict
+    from ooospec.report.intervals import TOO_FEW
+    from ooospec.report.speedups import speedup_intervals
+    from ooospec.report.verdict import Claims, verdict
 
     records = []
     for i in range(6):
@@ -521,7 +528,7 @@ def test_without_any_request_of_the_same_work_there_is_no_speedup_and_no_verdict
 
 
 def test_stored_records_without_outputs_are_judged_by_their_flag_against_ar_only():
-    from ooospec.bench.speedups import speedup_intervals
+    from ooospec.report.speedups import speedup_intervals
 
     records = []
     for i in range(6):  # no output_ids: AR judges by identical_to_ar, ToolSpec cannot judge at all
@@ -576,7 +583,7 @@ def test_a_hung_sidecar_is_restarted_and_the_restart_recorded():
 
 
 def test_a_request_the_target_cannot_be_prompted_with_is_recorded_not_fatal(artifacts):
-    from ooospec.bench.tables import main_table
+    from ooospec.report.tables import main_table
 
     empty = Request("apibank-empty", "apibank", "eval", [], FILES["apibank"][0].tools, None)
     files = {"apibank": [empty] + FILES["apibank"][:2], "bfcl": FILES["bfcl"]}
@@ -610,7 +617,7 @@ def test_code_fingerprint_follows_the_source_and_refuses_a_missing_part():
 
 
 def test_prefill_ratios_set_the_own_prefill_against_the_shared_one():
-    from ooospec.bench.speedups import prefill_ratios
+    from ooospec.report.speedups import prefill_ratios
 
     records = []
     for i in range(8):  # OoO-Spec's own prefill takes 6 s where the shared one took 5 s
@@ -626,13 +633,13 @@ def test_prefill_ratios_set_the_own_prefill_against_the_shared_one():
     ("Sure! The weather in Paris is sunny.", "prose (no call)"),
 ])
 def test_an_unparsed_output_is_labelled_by_what_it_is(text, kind):
-    from ooospec.bench.outputs import output_kind
+    from ooospec.report.ar_accuracy import output_kind
 
     assert output_kind(text) == kind
 
 
 def test_compact_tables_keep_the_primary_statistic_under_readable_names():
-    from ooospec.bench.tables import compact, main_table
+    from ooospec.report.tables import compact, main_table
 
     table = compact(main_table(SYNTHETIC), "main")
     assert table.index.names == ["target", "benchmark", "method"]

@@ -1,4 +1,4 @@
-"""The before/after tables of the compiled study (`ooospec.bench.compile_study`) on synthetic records:
+"""The before/after tables of the compiled study (`ooospec.studies.compile_study`) on synthetic records:
 each run's speedups come from its own AR, AR outputs are compared token for token, and the
 committed study is read back (or reported absent)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from ooospec.bench.compile_study import ar_comparison, before_after, load_committed, slim
+from ooospec.studies.compile_study import ar_comparison, before_after, load_committed, slim
 
 
 def _records(ar_s: float, toolspec_s: float, ar_ids: list[int], n: int = 6) -> list[dict]:

@@ -162,18 +162,12 @@ class SmallContextTargets:
         return TargetModel("tiny", model, tokenizer, LlamaJson(), [tokenizer.eos_token_id], "system_tools_json")
 
 
-@pytest.fixture()
-def artifacts(tmp_path, monkeypatch):
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
-    return tmp_path
-
-
 def _prompt_tokens(request: Request) -> int:
     return len(SmallContextTargets(4096).load("tiny").prompt_ids(request))
 
 
 def test_a_slice_with_a_too_long_and_a_near_request_writes_the_good_ones(artifacts):
-    from ooospec.bench.tables import main_table
+    from ooospec.report.tables import main_table
 
     good = weather_requests("apibank", 2)
     near, long = _asking("apibank-near", 10), _asking("apibank-long", 20)
@@ -235,12 +229,11 @@ def test_warm_up_skips_a_request_that_cannot_be_decoded():
 
 
 @pytest.mark.parametrize("decoder", ["toolspec", "generate"])
-def test_the_teacher_records_a_too_long_prompt_and_caps_a_near_one(tmp_path, monkeypatch, decoder):
+def test_the_teacher_records_a_too_long_prompt_and_caps_a_near_one(artifacts, decoder):
     from ooospec.models.formats import get_surface
     from ooospec.models.target import TargetModel
-    from ooospec.training.teacher import run_teacher
+    from ooospec.training.teacher import TeacherSettings, run_teacher
 
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     model, tokenizer = tiny_model_and_tokenizer(seed=1)
     teacher = TargetModel("tiny-teacher", model, tokenizer, get_surface("qwen_fenced_json"),
                           [tokenizer.eos_token_id], prompt_style="system_tools_json")
@@ -250,8 +243,9 @@ def test_the_teacher_records_a_too_long_prompt_and_caps_a_near_one(tmp_path, mon
     context = lengths["near"] + 3
     model.config.max_position_embeddings = context
     probe = PositionProbe(model)
-    run = run_teacher(requests, split="train", teacher=teacher, model_pin="tiny-seed1", max_new_tokens=6, limit=None,
-                      batch_size=4, decoder=decoder)
+    asked = TeacherSettings(split="train", model_pin="tiny-seed1", max_new_tokens=6, limit=None, batch_size=4,
+                            decoder=decoder)
+    run = run_teacher(requests, asked, teacher=teacher)
     by_id = {r["id"]: r for r in run.records}
     assert len(by_id) == 4 and run.stage.done
     long = by_id["long"]
@@ -262,8 +256,7 @@ def test_the_teacher_records_a_too_long_prompt_and_caps_a_near_one(tmp_path, mon
     assert 0 <= probe.max_position < context
     assert run.summary["validity_by_source"]["src"]["reasons"].get("prompt_too_long") == 1
     # the refusal survives a rerun that reads the records back (verdicts are re-derived from the text)
-    again = run_teacher(requests, split="train", teacher=teacher, model_pin="tiny-seed1", max_new_tokens=6,
-                        limit=None, batch_size=4, decoder=decoder)
+    again = run_teacher(requests, asked, teacher=teacher)
     assert again.generated == 0 and {r["id"]: r["reason"] for r in again.records}["long"] == long["reason"]
 
 

@@ -39,10 +39,11 @@ def _slice(target, total):
 
 @pytest.mark.parametrize("name, total", TARGETS, ids=[t[0] for t in TARGETS])
 def test_every_method_reproduces_ar(name, total):
-    from ooospec.decoding.compiled import load_for_decoding
+    from ooospec.decoding.compiled import compile_target
+    from ooospec.models.target import load_target
 
     try:
-        target = load_for_decoding(name)  # as a bench run loads it (fp32 on the CPU: packed multi-row products)
+        target = compile_target(load_target(name))  # as a bench run loads it (fp32 on the CPU: packed multi-row products)
     except FileNotFoundError as err:  # weights or tool adapter not produced yet
         pytest.skip(f"{name}: {err}")
     requests = _slice(target, total)
@@ -111,10 +112,11 @@ def test_a_chunked_prefill_matches_one_forward_on_real_requests(name):
     its cache up to the arithmetic's rounding."""
     from ooospec.decoding.verifier import TreeVerifier, _cache_layers
     from ooospec.models.arithmetic import near_tie_gap
-    from ooospec.decoding.compiled import load_for_decoding
+    from ooospec.decoding.compiled import compile_target
+    from ooospec.models.target import load_target
 
     try:
-        target = load_for_decoding(name)  # as a bench run loads it (fp32 on the CPU: packed multi-row products)
+        target = compile_target(load_target(name))  # as a bench run loads it (fp32 on the CPU: packed multi-row products)
     except FileNotFoundError as err:
         pytest.skip(f"{name}: {err}")
     verifier = TreeVerifier.for_target(target, track_margins=True)

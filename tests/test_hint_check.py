@@ -1,7 +1,7 @@
-"""The hint-vs-target agreement (`ooospec.bench.hint_check.agreement_row`): scored against the
+"""The hint-vs-target agreement (`ooospec.report.hint_check.agreement_row`): scored against the
 target's own call, a late or failed hint never counts as agreeing, and prose has no call to match."""
 
-from ooospec.bench.hint_check import agreement_row
+from ooospec.report.hint_check import agreement_row
 from ooospec.data.request import Call
 
 TARGET = Call("get_weather", {"city": "Paris", "unit": "C"})

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ooospec.bench.intervals import paired_speedup
+from ooospec.report.intervals import paired_speedup
 
 
 def test_ratio_of_totals_and_mean_of_ratios_differ_as_they_should():
@@ -21,7 +21,7 @@ def test_a_consistent_speedup_is_called_faster_and_noise_is_not():
 
 
 def test_a_handful_of_requests_gets_no_verdict():
-    from ooospec.bench.intervals import MIN_REQUESTS, TOO_FEW
+    from ooospec.report.intervals import MIN_REQUESTS, TOO_FEW
 
     few = [1.0 + i for i in range(MIN_REQUESTS - 1)]
     assert paired_speedup(few, [b / 3 for b in few]).verdict == TOO_FEW
@@ -50,7 +50,7 @@ def test_the_ceiling_says_whether_an_aim_is_within_reach():
     sidecar; its point at or above the aim -> within reach; otherwise not shown."""
     import pandas as pd
 
-    from ooospec.bench.verdict import ceiling_table
+    from ooospec.report.verdict import ceiling_table
 
     def row(benchmark, method, point, low, high):
         return {"target": "t", "benchmark": benchmark, "method": method, "vs": "toolspec", "phase": "decode",

@@ -15,7 +15,7 @@ import torch
 
 from ooospec.data.request import Call, Request
 from ooospec.decoding.base import DecodeContext, EventTrace
-from ooospec.bench.hint_replay import StoredHints
+from ooospec.studies.hint_replay import StoredHints
 from ooospec.decoding.hint import HintBank, align_hint, check_payload
 from ooospec.decoding.loop import decode
 from ooospec.models.tiny import tiny_causal_lm, tiny_target
@@ -234,7 +234,7 @@ def test_the_hint_follows_the_function_the_target_writes(tokenizer):
     """The sidecar chose get_weather, the target writes get_time: with ``follow`` the payload's
     get_time slots are proposed and accepted (replayed against the target's output); without it
     the hint never proposes them. The output is the reference either way."""
-    from ooospec.bench.hint_replay import ReferenceVerifier
+    from ooospec.studies.hint_replay import ReferenceVerifier
     from ooospec.decoding.toolspec import ToolSpec
     from ooospec.decoding.tree import TreeBudget
     from ooospec.models.formats.qwen_fenced_json import QwenFencedJson
@@ -270,7 +270,7 @@ def test_the_hint_depth_follows_acceptance():
 def test_a_replay_counts_what_the_target_does(tiny, tokenizer):
     """`ReferenceVerifier` (the target's greedy output known) gives the same rounds, tree sizes and
     accepted tokens as verifying with the model itself: what the dev replay's counts rest on."""
-    from ooospec.bench.hint_replay import ReferenceVerifier
+    from ooospec.studies.hint_replay import ReferenceVerifier
     from ooospec.decoding.toolspec import ToolSpec
 
     request = _request()

@@ -10,11 +10,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from ooospec.bench import paper_numbers, plots
-from ooospec.bench.ablations import ablation_table, budget_sweep, crossover, delay_sweep
-from ooospec.bench.hint_tables import arrival_rounds
-from ooospec.bench.tables import headline, main_table
-from ooospec.bench.timelines import pick_timelines, reference_record, timeline_groups
+from ooospec.report import figures, paper_numbers
+from ooospec.report.ablations import ablation_table, budget_sweep, crossover, delay_sweep
+from ooospec.report.hint_tables import arrival_rounds
+from ooospec.report.tables import headline, main_table
+from ooospec.report.timelines import pick_timelines, reference_record, timeline_groups
 
 
 def _trace(prefill: tuple[float, float], rounds: list[tuple[float, list[str]]], hint_round: int | None = None,
@@ -81,7 +81,7 @@ def _labelled(fig) -> None:
 def test_timeline_segments_split_rounds_by_source_and_shift_a_shared_prefill():
     records = synthetic()
     ooo = next(r for r in records if r["method"] == "ooospec")
-    segments, marks = plots.timeline_segments(ooo)
+    segments, marks = figures.timeline_segments(ooo)
     prefill = segments[0]
     assert (prefill.kind, prefill.start, prefill.end) == ("prefill", 0.0, 2.0)
     second = [s for s in segments if s.lane == "target: ooospec" and 2.5 <= s.start < 3.0]
@@ -91,7 +91,7 @@ def test_timeline_segments_split_rounds_by_source_and_shift_a_shared_prefill():
     assert marks and "boundary 0" in marks[0].label
 
     ts = next(r for r in records if r["method"] == "toolspec")
-    ts_segments, _ = plots.timeline_segments(ts)
+    ts_segments, _ = figures.timeline_segments(ts)
     assert ts_segments[0].end == pytest.approx(2.0)  # measured shared prefill, drawn at its length
     assert ts_segments[-1].end == pytest.approx(2.0 + 2.5)
 
@@ -99,22 +99,22 @@ def test_timeline_segments_split_rounds_by_source_and_shift_a_shared_prefill():
 def test_timeline_needs_prefill_events():
     broken = dict(synthetic()[0], trace=[])
     with pytest.raises(ValueError, match="no prefill events"):
-        plots.timeline_segments(broken)
+        figures.timeline_segments(broken)
 
 
 def test_elastic_rounds_are_hatched_and_counted():
     """A round the target ran on both cores carries its thread count into the timeline (drawn
     hatched) and into the core-use table, with the placement switches of the trace."""
-    from ooospec.bench.timelines import core_use
+    from ooospec.report.timelines import core_use
 
     records = synthetic()
     ooo = next(r for r in records if r["method"] == "ooospec")
     ooo = {**ooo, "trace": [({**e, "threads": 2} if e["kind"] == "round" and e["index"] >= 2 else e) for e in ooo["trace"]]
            + [{"t": 4.0, "kind": "elastic_cores", "switches": 2, "switch_s": 0.0001}]}
-    segments, _ = plots.timeline_segments(ooo)
+    segments, _ = figures.timeline_segments(ooo)
     assert {s.threads for s in segments if s.kind != "prefill"} == {1, 2}
     fig, ax = plt.subplots()
-    plots.draw_timeline(ax, [ooo])
+    figures.draw_timeline(ax, [ooo])
     assert any(patch.get_hatch() == "////" for patch in ax.patches)
     use = core_use([ooo]).iloc[0]
     assert use["share of rounds on both cores"] == pytest.approx(2 / 4) and use["switches per request"] == 2
@@ -124,11 +124,11 @@ def test_elastic_rounds_are_hatched_and_counted():
 def test_every_figure_draws_from_synthetic_records():
     records = synthetic()
     table = main_table(records)
-    fig = plots.speedup_bars(table, "decode_speedup")
+    fig = figures.speedup_bars(table, "decode_speedup")
     assert len(fig.axes) == 1 and "(held out)" in [t.get_text() for t in fig.axes[0].get_xticklabels()][1]
     _labelled(fig)
     ours = pd.concat([headline(table, m).assign(metric=m) for m in ("e2e_speedup", "decode_speedup")])
-    _labelled(plots.headline_figure(ours, paper_numbers.headline()))
+    _labelled(figures.headline_figure(ours, paper_numbers.headline()))
 
     picks = pick_timelines(records)
     assert set(picks) == {"early", "late", "none"}
@@ -137,20 +137,20 @@ def test_every_figure_draws_from_synthetic_records():
     assert list(groups) == ["qwen: early", "qwen: late", "qwen: none"]
     assert [r["method"] for r in groups["qwen: late"]] == ["ar", "ooospec"]
     assert groups["qwen: late"][0]["request_id"] == picks["late"]["request_id"] == reference_record(records, picks["late"])["request_id"]
-    fig = plots.timelines_figure(groups)
+    fig = figures.timelines_figure(groups)
     assert len(fig.axes) == 3 and fig.legends
     _labelled(fig)
 
     arrivals = arrival_rounds(records)
     assert sorted(arrivals.bucket.unique()) == ["boundaries 1-3", "first boundary", "not before finish"]
-    _labelled(plots.arrival_figure(arrivals))
-    _labelled(plots.ablation_bars(ablation_table(records)))
+    _labelled(figures.arrival_figure(arrivals))
+    _labelled(figures.ablation_bars(ablation_table(records)))
     sweep = delay_sweep(records)
-    _labelled(plots.delay_sweep_figure(sweep, crossover(sweep)))
+    _labelled(figures.delay_sweep_figure(sweep, crossover(sweep)))
     budgets = budget_sweep(records)
     assert list(budgets.nodes) == [8, 16]
-    _labelled(plots.budget_sweep_figure(budgets))
-    _labelled(plots.source_shares_figure(records))
+    _labelled(figures.budget_sweep_figure(budgets))
+    _labelled(figures.source_shares_figure(records))
 
 
 def test_paper_numbers_name_their_source():
@@ -166,7 +166,7 @@ def test_paper_numbers_name_their_source():
 def test_the_arithmetic_figure_labels_each_line_with_its_own_arithmetic():
     points = [{"target": "t", "dtype": dtype, "attention": "sdpa", "threads": 1, "step_ms": 100.0,
                "prefill_s": 1.0, "ratios": {"1": 1.0, "17": ratio}} for dtype, ratio in (("float32", 2.8), ("bfloat16", 1.4))]
-    fig = plots.arithmetic_figure(points)
+    fig = figures.arithmetic_figure(points)
     labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
     assert labels[0].startswith("float32, sdpa") and labels[1].startswith("bfloat16, sdpa")
     styles = {line.get_label().split(",")[0]: line.get_linestyle() for line in fig.axes[0].get_lines()}
@@ -178,7 +178,7 @@ def test_the_per_request_scatter_pairs_requests_per_target():
     records = [{"target": t, "benchmark": b, "request_id": f"{b}{i}", "method": m, "decode_s": s}
                for t in ("a", "b") for b in ("bfcl", "apibank") for i in range(3)
                for m, s in (("toolspec", 2.0 + i), ("ooospec", 1.0 + i))]
-    fig = plots.per_request_scatter(records)
+    fig = figures.per_request_scatter(records)
     assert len(fig.axes) == 2 and fig.axes[0].get_title() == "a: n = 6 requests"
     points = fig.axes[0].collections[0].get_offsets()
     assert len(points) == 3 and all(y < x for x, y in points)

@@ -1,5 +1,5 @@
 """The README stays short and true: at most 200 lines, its Python example runs (on the tiny models),
-its headline table is what `ooospec.bench.headline` computes from the records it names, and its
+its headline table is what `ooospec.report.headline` computes from the records it names, and its
 layout names every package of ooospec."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ooospec.bench.headline import headline, read_records, readme_block
+from ooospec.report.headline import headline, read_records, readme_block
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -35,7 +35,7 @@ def test_the_python_example_runs():
 def test_the_headline_table_is_computed_not_typed():
     source, table = readme_block(README)
     assert table == headline(read_records(ROOT / source)).markdown(), (
-        "README.md's headline differs from its records: run python -m ooospec.bench.headline --readme")
+        "README.md's headline differs from its records: run python -m ooospec.report.headline --readme")
 
 
 def test_the_layout_names_every_package():

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from ooospec.bench.methods import MethodSpec
-from ooospec.bench.reproduce_plan import (Speed, Work, audit_work, make_plan, measure_speed, method_seconds,
-                                          slice_seconds, write_plan)
-from ooospec.bench.sweep import notebook_parameters
+from ooospec.bench.config import notebook_parameters
+from ooospec.reproduce.time_plan import Work, audit_work, make_plan, method_seconds, slice_seconds, write_plan
+from ooospec.studies.machine_calibration import Speed, measure_speed
 from ooospec.models.tiny import tiny_model_and_tokenizer, tiny_target
 
 TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
@@ -130,7 +130,7 @@ def test_make_reproduce_plans_after_the_data_chapter_and_runs_every_later_chapte
     root = Path(__file__).resolve().parents[1]
     dry = subprocess.run(["make", "-n", "-B", "reproduce"], cwd=root, capture_output=True, text=True, check=True).stdout
     lines = dry.splitlines()
-    plan = next(i for i, ln in enumerate(lines) if "ooospec.bench.reproduce_plan" in ln)
+    plan = next(i for i, ln in enumerate(lines) if "ooospec.reproduce.time_plan" in ln)
     runs = {ln.split("notebooks/")[1].split(".ipynb")[0]: i for i, ln in enumerate(lines)
             if "papermill" in ln and "notebooks/0" in ln}
     assert runs["00_data"] < plan < min(i for nb, i in runs.items() if nb != "00_data")

@@ -18,7 +18,8 @@ import pytest
 from ooospec.bench.config import BenchConfig
 from ooospec.bench.runner import run_bench
 from ooospec.bench.slices import bench_stage, slice_path
-from ooospec.bench.sweep import (SweepError, notebook_config, notebook_parameters, reserved_cores, run_cells, run_sweep)
+from ooospec.bench.config import notebook_config, notebook_parameters
+from ooospec.reproduce.ray_sweep import SweepError, reserved_cores, run_cells, run_sweep
 from weather_requests import weather_requests
 
 
@@ -212,7 +213,7 @@ def test_a_cluster_without_cpus_for_one_cell_is_refused(local_ray, artifacts):
 
 
 def test_a_chapter_reading_the_results_run_refuses_a_misspelt_override():
-    from ooospec.bench.sweep import notebook_config
+    from ooospec.bench.config import notebook_config
 
     assert notebook_config("05_bench", {"requests": 3}, strict=True).requests == 3
     assert notebook_config("05_bench", {"reqests": 3}) == notebook_config("05_bench")  # the sweep's shared overrides: ignored

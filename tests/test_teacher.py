@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from ooospec.data.request import Request
 from ooospec.models.formats import get_surface
-from ooospec.models.target import TargetModel
-from ooospec.models.tiny import tiny_model_and_tokenizer
-from ooospec.training.teacher import commit_traces, first_valid_call, run_teacher, validity_by_source, validity_table
+from ooospec.report.training_chapters import validity_table
+from ooospec.training.teacher import TeacherSettings, commit_traces, first_valid_call, run_teacher, validity_by_source
 
 TOOLS = [{"name": "get_weather", "description": "Weather now.",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
@@ -24,15 +24,9 @@ def _requests(n: int = 5) -> list[Request]:
                     tools=TOOLS, gold=None) for i in range(n)]
 
 
-@pytest.fixture(scope="module")
-def tiny_teacher() -> TargetModel:
-    model, tokenizer = tiny_model_and_tokenizer(seed=1)
-    return TargetModel("tiny-teacher", model, tokenizer, get_surface("qwen_fenced_json"),
-                       [tokenizer.eos_token_id], prompt_style="system_tools_json")
-
-
-def _run(teacher, requests, **kwargs):
-    return run_teacher(requests, split="train", teacher=teacher, model_pin="tiny-seed1", max_new_tokens=6, **kwargs)
+def _run(teacher, requests, on_batch=None, **settings):
+    return run_teacher(requests, TeacherSettings(split="train", model_pin="tiny-seed1", max_new_tokens=6, **settings),
+                       teacher=teacher, on_batch=on_batch)
 
 
 def test_first_valid_call_rules():
@@ -86,17 +80,15 @@ def test_teacher_resumes_after_interruption(tmp_path, monkeypatch, tiny_teacher)
     assert again.generated == 0
 
 
-def test_batched_generation_matches_one_by_one(tmp_path, monkeypatch, tiny_teacher):
+def test_batched_generation_matches_one_by_one(artifacts, tiny_teacher):
     requests = _requests()
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     single = {r["id"]: r["raw_text"] for r in _run(tiny_teacher, requests, limit=None, batch_size=1).records}
     batched = {r["id"]: r["raw_text"] for r in _run(tiny_teacher, requests, limit=None, batch_size=3).records}
     assert single == batched
 
 
-def test_committed_traces_are_reused_and_checked(tmp_path, monkeypatch, tiny_teacher):
+def test_committed_traces_are_reused_and_checked(artifacts, tiny_teacher):
     requests = _requests()
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     first = _run(tiny_teacher, requests, limit=3, batch_size=1)
     config = json.loads(first.stage.path("config.json").read_text())
     committed = commit_traces(first.records, "tiny", config, {"note": "test"})
@@ -104,16 +96,15 @@ def test_committed_traces_are_reused_and_checked(tmp_path, monkeypatch, tiny_tea
     assert run.reused == 3 and run.generated == 2
     origins = {r["id"]: r["origin"] for r in run.records}
     assert sorted(o for o in origins.values() if o.startswith("committed")) == ["committed:tiny"] * 3
-    changed = run_teacher(requests, split="train", teacher=tiny_teacher, model_pin="tiny-seed1", max_new_tokens=5,
-                          limit=None, batch_size=1)
+    changed = run_teacher(requests, TeacherSettings(split="train", model_pin="tiny-seed1", max_new_tokens=5, limit=None,
+                                                    batch_size=1), teacher=tiny_teacher)
     assert changed.reused == 0  # other generation settings: nothing reused
     (committed / "traces.jsonl").write_text((committed / "traces.jsonl").read_text().replace('"r', '"x', 1))
     with pytest.raises(ValueError, match="does not match provenance"):
         _run(tiny_teacher, requests, limit=4, batch_size=1)
 
 
-def test_validity_per_source_counts(tiny_teacher, tmp_path, monkeypatch):
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+def test_validity_per_source_counts(tiny_teacher, artifacts):
     records = _run(tiny_teacher, _requests(), limit=None, batch_size=1).records
     table = validity_by_source(records)
     assert sum(row["requests"] for row in table.values()) == 5
@@ -123,8 +114,7 @@ def test_validity_per_source_counts(tiny_teacher, tmp_path, monkeypatch):
     assert frame.iloc[-1]["source"] == "all" and frame.iloc[-1]["requests"] == 5
 
 
-def test_a_smaller_run_reuses_a_larger_runs_records(tmp_path, monkeypatch, tiny_teacher):
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+def test_a_smaller_run_reuses_a_larger_runs_records(artifacts, tiny_teacher):
     large = _run(tiny_teacher, _requests(), limit=None, batch_size=1)
     small = _run(tiny_teacher, _requests(), limit=2, batch_size=1)
     assert small.generated == 0 and small.reused == 2
@@ -133,9 +123,8 @@ def test_a_smaller_run_reuses_a_larger_runs_records(tmp_path, monkeypatch, tiny_
     assert fresh.generated == 3
 
 
-def test_engine_traces_equal_generate_traces(tiny_teacher, tmp_path, monkeypatch):
+def test_engine_traces_equal_generate_traces(tiny_teacher, artifacts):
     """The default decoder (our engine with ToolSpec drafts) writes exactly HF generate's text."""
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     requests = _requests(4)
     engine = _run(tiny_teacher, requests, limit=None).records
     plain = _run(tiny_teacher, requests, limit=None, decoder="generate", batch_size=1).records
@@ -143,18 +132,17 @@ def test_engine_traces_equal_generate_traces(tiny_teacher, tmp_path, monkeypatch
     assert engine[0]["call"] == plain[0]["call"]
 
 
-def test_shards_split_the_work_and_complete_one_stage(tiny_teacher, tmp_path, monkeypatch):
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
+def test_shards_split_the_work_and_complete_one_stage(tiny_teacher, artifacts):
     requests = _requests(5)
-    run = dict(split="train", teacher=tiny_teacher, model_pin="tiny-seed1", max_new_tokens=5, limit=None, reuse=False)
-    first = run_teacher(requests, shard=(0, 2), **run)
+    run = TeacherSettings(split="train", model_pin="tiny-seed1", max_new_tokens=5, limit=None, reuse=False)
+    first = run_teacher(requests, replace(run, shard=(0, 2)), teacher=tiny_teacher)
     assert first.generated == 3 and not first.stage.done
-    second = run_teacher(requests, shard=(1, 2), **run)
+    second = run_teacher(requests, replace(run, shard=(1, 2)), teacher=tiny_teacher)
     assert second.generated == 2 and second.stage.done
     assert len(second.records) == 5 and {r["id"] for r in second.records} == {r.id for r in requests}
 
 
-def test_frozen_traces_serve_any_arithmetic_and_are_re_derived_only_on_purpose(tmp_path, monkeypatch, tiny_teacher):
+def test_frozen_traces_serve_any_arithmetic_and_are_re_derived_only_on_purpose(artifacts, monkeypatch, tiny_teacher):
     """Committed traces made in bf16 are read by an fp32 run (their arithmetic carried along); a
     request no committed trace holds stops the profile's teacher with one line instead of hours of
     tracing; `rederive` ignores the committed set and traces here, into a stage of its own."""
@@ -162,7 +150,6 @@ def test_frozen_traces_serve_any_arithmetic_and_are_re_derived_only_on_purpose(t
     from ooospec.training.teacher import committed_dir, committed_records, model_teacher_settings
 
     requests = _requests()
-    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     first = _run(tiny_teacher, requests, limit=3, batch_size=1)
     config = json.loads(first.stage.path("config.json").read_text())
     config["generation"]["dtype"] = "bfloat16"  # as if traced on a CPU with bf16 kernels
@@ -182,10 +169,11 @@ def test_frozen_traces_serve_any_arithmetic_and_are_re_derived_only_on_purpose(t
     with monkeypatch.context() as patched:
         patched.setattr(teacher_module, "profile_teacher_settings", lambda *args, **kwargs: fp32)
         patched.setattr(teacher_module, "profile_teacher", lambda profile: pytest.fail("the teacher was loaded"))
-        served = run_teacher(requests[:3], split="train", profile="cpu", limit=None, max_new_tokens=6, batch_size=1)
+        served = run_teacher(requests[:3], TeacherSettings(split="train", profile="cpu", limit=None, max_new_tokens=6,
+                                                           batch_size=1))
     assert served.generated == 0 and len(served.records) == 3
     # the profile's own teacher is never loaded for a request without a committed trace
     other = [Request(id="unseen", benchmark="test", split="train", source="s", tools=TOOLS, gold=None,
                      messages=[{"role": "user", "content": "a request nobody traced"}])]
     with pytest.raises(FrozenAssetMissing, match="1 of 1 requests have no committed trace.*unseen.*make retrace"):
-        run_teacher(other, split="train", profile="cpu", limit=None)
+        run_teacher(other, TeacherSettings(split="train", profile="cpu", limit=None))

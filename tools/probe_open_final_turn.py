@@ -27,7 +27,7 @@ from ooospec.data.build import load_split
 from ooospec.models.prompts import openai_tools
 from ooospec.models.target import load_role
 from ooospec.paths import artifact_path
-from ooospec.training.teacher import code_commit
+from ooospec.provenance import code_commit
 
 RENDERINGS = ("new turn (committed)", "open last assistant turn")
 

@@ -5,9 +5,12 @@ what exists on this machine (adapters, weights)."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
+from typing import Any
 
-from ooospec.bench.methods import parse_methods
+from ooospec.bench.methods import ablation_methods, parse_methods
+from ooospec.paths import REPO_ROOT
 
 
 DEFAULT_TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
@@ -72,3 +75,36 @@ class BenchConfig:
         if self.max_new_tokens < 1:
             raise ValueError(f"BenchConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         parse_methods(list(self.methods))  # fail early on a misspelt method
+
+
+# ---------------------------------------------------------------- configs from the notebooks
+
+
+def notebook_parameters(notebook: str) -> dict[str, Any]:
+    """The defaults of a notebook's ``parameters`` cell (literal assignments only)."""
+    import nbformat
+
+    path = REPO_ROOT / "notebooks" / f"{notebook}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    params = {}
+    for node in ast.parse(cell.source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            params[node.targets[0].id] = ast.literal_eval(node.value)
+    return params
+
+
+def notebook_config(notebook: str, overrides: dict[str, Any] | None = None, strict: bool = False) -> BenchConfig:
+    """The `BenchConfig` the notebook builds from its parameters with ``overrides`` (as papermill's
+    ``-p``/``-y``; keys the notebook lacks are ignored, as papermill's injection leaves them unused,
+    unless ``strict``: a chapter reading another chapter's run refuses a misspelt override)."""
+    params = notebook_parameters(notebook)
+    unknown = sorted(set(overrides or {}) - set(params))
+    if strict and unknown:
+        raise ValueError(f"{notebook}: no parameter(s) {', '.join(map(repr, unknown))}; it has {', '.join(sorted(params))}")
+    params.update({k: v for k, v in (overrides or {}).items() if k in params})
+    if "methods" not in params:  # the ablations chapter
+        params["methods"] = ablation_methods(params["ablations"], params["delays"])
+    names = ("profile", "targets", "benchmarks", "methods", "requests", "seed", "warmup", "max_new_tokens",
+             "sidecar", "threads")
+    return BenchConfig(**{k: params[k] for k in names})

@@ -375,7 +375,7 @@ def method_budget(spec: MethodSpec, target_name: str, default: TreeBudget | None
 def ablation_methods(ablations: list[str], delays: list[float]) -> list[str]:
     """The ablations chapter's method list: AR, ToolSpec and OoO-Spec, every ablation, the
     latency sweep and the reserved-room tree with its control. One definition, so notebook 06 and
-    `ooospec.bench.sweep` key the same bench stage (the key covers the method list)."""
+    `ooospec.reproduce.ray_sweep` key the same bench stage (the key covers the method list)."""
     names = (["ar", "toolspec", "ooospec", PAPER_PLACEMENT] + list(ablations)
              + [f"{PAPER_PLACEMENT}:delay={d}" for d in delays] + [HINT_ROOM_ABLATION, HINT_ROOM_CONTROL])
     return [MethodSpec.parse(name).name for name in names]

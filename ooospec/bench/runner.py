@@ -69,7 +69,7 @@ class SliceRunner:
         self.cfg, self.plan, self.target, self.pool = cfg, plan, target, pool
         self.oracle_calls = oracle_calls  # AR's first calls, for the oracle sidecar (None: no oracle runs)
         self.verifier = TreeVerifier.for_target(target, track_margins=cfg.track_margins)
-        self.arithmetic = running_arithmetic(target.model, requested=requested_dtype(cfg.profile, target.name)).to_dict()
+        self.arithmetic = running_arithmetic(target.model, requested=requested_dtype(plan.resolved_profile(cfg), target.name)).to_dict()
         self.budget_choice: BudgetChoice | None = None  # `choose_budget` sets it before any decode
         self.calibration: Calibration | None = None  # `calibrate_waves` sets it where a method needs it
 
@@ -335,7 +335,7 @@ def run_bench(cfg: BenchConfig, *, targets: TargetProvider | None = None,
     """
     plan = plan_bench(cfg)
     stage = bench_stage(cfg, plan)
-    provider = targets or ProfileTargets(cfg.profile)
+    provider = targets or ProfileTargets(plan.profile)
     work = Workload.load(cfg, cfg.benchmarks, load_requests)
     skipped: dict[str, str] = {}
     fingerprints: dict[str, str] = {}
@@ -371,7 +371,7 @@ def run_cell(cfg: BenchConfig, target: str, benchmark: str, *, targets: TargetPr
              load_requests: Callable[[str], list[Request]] = load_benchmark) -> tuple[Path, list[dict[str, Any]]]:
     """One (target, benchmark) slice on its own -> (its slice file, its records).
 
-    The unit of work of `ooospec.bench.sweep` (one Ray task each). It runs `BenchRun.run_target`, the
+    The unit of work of `ooospec.reproduce.ray_sweep` (one Ray task each). It runs `BenchRun.run_target`, the
     same code as `run_bench`'s loop, for a single pending benchmark: same requests in file order, all
     methods interleaved, same slice file; only its warm-up requests are this benchmark's instead
     of the target's first pending one's (warm-up is untimed and leaves no state in the records).
@@ -380,7 +380,7 @@ def run_cell(cfg: BenchConfig, target: str, benchmark: str, *, targets: TargetPr
     """
     plan = plan_bench(cfg)
     stage = bench_stage(cfg, plan)
-    provider = targets or ProfileTargets(cfg.profile)
+    provider = targets or ProfileTargets(plan.profile)
     fingerprint = provider.fingerprint(target)
     path = slice_path(stage, target, fingerprint, benchmark)
     if not path.exists():

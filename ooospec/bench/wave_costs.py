@@ -34,7 +34,7 @@ MACHINE_FIELDS = ("dtype", "device", "cpu", "cpu_capability", "bf16_kernels", "c
 ROUND_REPEATS = 5
 WAVE_REQUESTS = 4  # dev requests whose waves are timed (the fit's points)
 # The model's dev constants, from the hint replay on the 60 dev requests with a committed teacher
-# trace and a served wave (`python -m ooospec.bench.hint_replay --nodes 16 --arrivals`, Qwen target,
+# trace and a served wave (`python -m ooospec.studies.hint_replay --nodes 16 --arrivals`, Qwen target,
 # sidecar-cpu-kall-pass2; counts, not seconds, so they hold on any machine): ToolSpec 625 verify
 # rounds (R = 10.4 a request); OoO-Spec's hint arriving after 0 / 1 / 2 / 4 / 8 rounds: 441 / 453 /
 # 481 / 539 / 590 rounds (G(k) = 3.07 / 2.87 / 2.40 / 1.43 / 0.58). A replay needs the target's own

@@ -18,7 +18,6 @@ hash because no copy of it could be obtained to pin.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import urllib.request
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from ooospec.paths import REPO_ROOT, artifacts_dir
+from ooospec.provenance import file_sha256
 
 ENV_VAR = "OOOSPEC_RAW_DATA"
 
@@ -160,14 +160,6 @@ def download(relpath: str, dest_root: Path, fetch: Fetch = urllib_fetch) -> Path
     return dest
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 _VERIFIED: dict[Path, str] = {}
 
 
@@ -206,7 +198,7 @@ def raw_file(relpath: str, fetch: Fetch | None = urllib_fetch, root: Path | None
     if entry is not None:
         resolved = path.resolve()
         if _VERIFIED.get(resolved) != entry.sha256:
-            actual = sha256_file(path)
+            actual = file_sha256(path)
             if actual != entry.sha256:
                 raise RawDataError(
                     f"raw data file {path} has sha256 {actual}, expected {entry.sha256} "
@@ -247,7 +239,7 @@ def optional_files_state() -> dict[str, str | None]:
     state: dict[str, str | None] = {}
     for relpath in OPTIONAL_FILES:
         path = optional_raw_file(relpath)
-        state[relpath] = sha256_file(path)[:16] if path is not None else None
+        state[relpath] = file_sha256(path)[:16] if path is not None else None
     return state
 
 

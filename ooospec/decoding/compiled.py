@@ -9,8 +9,10 @@ kernels, and with ``freezing`` the weights become constants, prepacked for oneDN
 Three things a reader of the speed figures must be able to trust:
 
 Compilation happens at the entry point of a decoding run (as gpt-fast compiles in its ``main``):
-`load_for_decoding` loads a target (`ooospec.models.target.load_target`, eager) and compiles it as
-its profile asks; the verifier is told (`TreeVerifier.for_target`) and keeps its cache dense.
+the caller loads a target (`ooospec.models.target.load_target`, eager) and hands it to
+`compile_target`, which compiles it as its profile asks; loading stays in `ooospec.models`, so the
+engine never loads a model itself. The verifier is told (`TreeVerifier.for_target`) and keeps its
+cache dense.
 
 * **Compile time is never timed.** Compilation is lazy; `compile_for_decoding` runs the three
   call shapes the verifier uses (a prefill, a one-row step, tree forwards with a 4-D mask) on a
@@ -38,7 +40,7 @@ from ooospec.decoding.base import Draft
 from ooospec.decoding.tree import TreeBudget, build_tree
 from ooospec.decoding.verifier import TreeVerifier, commit_kv
 from ooospec.models.packed_linear import pack_linears
-from ooospec.models.target import CompileReport, TargetModel, load_role, load_target
+from ooospec.models.target import CompileReport, TargetModel
 
 WARM_UP_PREFIX = 48  # tokens of the dummy prefix: long enough that no size is specialized as 0/1
 WARM_UP_TREES = (1, 3, 8)  # tree sizes (nodes) run once each: rows 2, 4 and 9 make the row count dynamic
@@ -116,13 +118,3 @@ def compile_target(target: TargetModel) -> TargetModel:
     if target.compiled.mode is None:
         pack_linears(target.model)
     return target
-
-
-def load_for_decoding(name: str, profile: Any = "cpu") -> TargetModel:
-    """A target ready to decode: loaded, then compiled as its profile asks."""
-    return compile_target(load_target(name, profile))
-
-
-def load_role_for_decoding(name: str, profile: Any = "cpu") -> TargetModel:
-    """A role that decodes (the teacher), loaded and compiled as its profile asks."""
-    return compile_target(load_role(name, profile))

@@ -10,7 +10,7 @@ shown next to a ToolSpec control with the same total nodes and depth.
 How the hint is used: the merge keeps ToolSpec's best draft a share of the tree wherever the hint
 disagrees with it (`HINT_SHARE`), and the bank proposes only at or inside a call, following the
 function the target writes (`ooospec.decoding.hint.HintBank`). These were chosen on dev requests by
-replay (`ooospec.bench.hint_replay`); ``plain_hint`` turns all three off (the earlier use, an ablation).
+replay (`ooospec.studies.hint_replay`); ``plain_hint`` turns all three off (the earlier use, an ablation).
 A wave that would come too late is not started while the run's recent waves all did
 (`ooospec.decoding.wave_gate.WaveGate`); ``every_wave`` is its control.
 """

@@ -22,7 +22,7 @@ request's prompt tokens) and this machine's calibrated costs (`WaveCosts`), and 
   the same dialogue and tools, so its length follows the target's ``n``);
 * decode: ``R`` verify rounds without a hint (``r1`` / ``r2`` seconds each on one / two threads); a
   hint arriving after ``k`` rounds saves ``G(k)`` of them, interpolated between the points the hint
-  replay measured on dev (`ooospec.bench.hint_replay --arrivals`: the real loop, a stored hint
+  replay measured on dev (`ooospec.studies.hint_replay --arrivals`: the real loop, a stored hint
   answering at the k-th round), and none once the request would be done (``k >= R``);
 * ``none = P2 + R * r2``;
 * ``prefill``: the part of the prompt done while the wave runs is ``f = W / (c * P1)``; if ``f < 1``

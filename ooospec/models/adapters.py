@@ -12,11 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 
 from ooospec.paths import artifact_path, artifacts_dir
+
+if TYPE_CHECKING:
+    from ooospec.models.registry import Profile
 
 ADAPTER_HASH_FILE = "adapter.sha256"
 FROZEN_FILE = "FROZEN.json"
@@ -89,15 +92,15 @@ def tool_adapter_pointer(profile: str) -> Path:
     return artifact_path("tool_lora", f"latest-{profile}.json")
 
 
-def tool_adapter_path(profile: str = "cpu") -> Path:
+def tool_adapter_path(profile: str | Profile = "cpu") -> Path:
     """The frozen tool-calling adapter of the SmolLM2 target: the latest trained here, else the committed one.
 
     Raises `FileNotFoundError` naming the stage that makes it when neither exists; an adapter
     whose files do not match its sha256 is refused by `read_frozen`.
     """
-    from ooospec.models.registry import Profile, load_profile
+    from ooospec.models.registry import resolve_profile
 
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    prof = resolve_profile(profile)
     profile = prof.name
     pointer = tool_adapter_pointer(profile)
     candidates = []

@@ -18,7 +18,10 @@ import os
 import platform
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from ooospec.models.registry import Profile
 
 # the largest top-2 logit gap that the arithmetic can flip between a tree forward and a one-row
 # step: fp32 reorders sums (~1e-3 at most, measured); bf16 keeps 7 explicit mantissa bits, so two
@@ -128,11 +131,11 @@ def arithmetic_of(spec: Any) -> Arithmetic:
     return _on_this_machine(dtype, spec.dtype, device)
 
 
-def profile_arithmetic(profile: str, role: str = "target") -> Arithmetic:
+def profile_arithmetic(profile: "str | Profile", role: str = "target") -> Arithmetic:
     """The arithmetic of a profile's role on this machine: for a target, its first target's."""
-    from ooospec.models.registry import load_profile
+    from ooospec.models.registry import resolve_profile
 
-    prof = load_profile(profile)
+    prof = resolve_profile(profile)
     if role == "target":
         spec = prof.model(next(iter(prof.targets)))
     else:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
-import hashlib
 import importlib.util
 import json
 import os
@@ -25,8 +24,9 @@ from typing import Any, Iterator
 
 import torch
 
-from ooospec.models.registry import ModelSpec, Profile, load_profile
+from ooospec.models.registry import ModelSpec, Profile, load_profile, resolve_profile
 from ooospec.paths import REPO_ROOT, artifacts_dir
+from ooospec.provenance import files_sha256
 
 DEQUANTIZED_STAMP = "DEQUANTIZED.json"
 # a package-shipped GGUF is dequantized once to this dtype; the profile's dtype is applied at load
@@ -93,12 +93,7 @@ def sha256_of_files(paths: list[Path], use_cache: bool = True) -> str:
     cache = _read_hash_cache() if use_cache else {}
     if key in cache:
         return cache[key]
-    digest = hashlib.sha256()
-    for path in paths:
-        with open(path, "rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(chunk)
-    value = digest.hexdigest()
+    value = files_sha256(paths)
     if use_cache:
         cache = _read_hash_cache()
         cache[key] = value
@@ -263,7 +258,7 @@ def load_model(name: str, profile: str | Profile = "cpu", *, num_layers: int | N
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    prof = resolve_profile(profile)
     spec = prof.model(name)
     role = prof.role(name, missing_ok=True)
     if num_layers is None and role is not None:

@@ -190,6 +190,12 @@ def load_profile(name_or_path: str | Path = "cpu") -> Profile:
     return replace(_Validator(path).profile(raw), extends=ancestors)
 
 
+def resolve_profile(profile: "str | Path | Profile") -> Profile:
+    """``profile`` itself when it is already resolved, else `load_profile` of its name or path: a
+    caller that holds a `Profile` (a bench plan) passes it down instead of having the YAML re-read."""
+    return profile if isinstance(profile, Profile) else load_profile(profile)
+
+
 class _Validator:
     """Turns the raw YAML into dataclasses, naming ``file: field`` in every error."""
 

@@ -14,7 +14,7 @@ from ooospec.data.request import Request
 from ooospec.models.formats import get_surface
 from ooospec.models.loading import load_model
 from ooospec.models.prompts import prompt_ids, prompt_text
-from ooospec.models.registry import Profile, RoleSpec, load_profile
+from ooospec.models.registry import Profile, RoleSpec, resolve_profile
 from ooospec.models.surface import SurfaceFormat
 
 TOOL_ADAPTER_STAGE = "make sidecar"
@@ -77,7 +77,7 @@ def tool_adapter_dir(profile: Profile) -> Path:
             f"the tool-calling LoRA must be trained first ({TOOL_ADAPTER_STAGE}); "
             f"ooospec.models.adapters.tool_adapter_path is not available ({err})"
         ) from err
-    return Path(tool_adapter_path(profile=profile.name))
+    return Path(tool_adapter_path(profile))
 
 
 def merge_adapter(model: Any, adapter_dir: Path) -> Any:
@@ -89,15 +89,15 @@ def merge_adapter(model: Any, adapter_dir: Path) -> Any:
 
 def load_target(name: str, profile: str | Profile = "cpu") -> TargetModel:
     """A target of the profile, its adapter (if any) merged into the weights; eager. A decoding run
-    compiles it as the profile asks at its entry point (`ooospec.decoding.compiled.load_for_decoding`)."""
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    compiles it as the profile asks at its entry point (`ooospec.decoding.compiled.compile_target`)."""
+    prof = resolve_profile(profile)
     prof.target(name)  # unknown target -> error listing the known ones
     return load_role(name, prof)
 
 
 def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
     """A target or the teacher role as a `TargetModel` (both answer requests in a surface format)."""
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    prof = resolve_profile(profile)
     role = prof.role(name)
     if role.surface is None:
         raise ValueError(f"{prof.path}: role {name!r} has no surface format: it does not answer requests")
@@ -110,8 +110,8 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
 
 def load_role_frame(name: str, profile: str | Profile = "cpu") -> TargetModel:
     """A target or role without weights (``model`` is None): tokenizer, surface, prompt and EOS,
-    all that replaying its known outputs needs (`ooospec.bench.hint_replay`)."""
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    all that replaying its known outputs needs (`ooospec.studies.hint_replay`)."""
+    prof = resolve_profile(profile)
     return _role_target(name, prof, prof.role(name), None, load_tokenizer(name, prof))
 
 
@@ -134,7 +134,7 @@ def load_tokenizer(name: str, profile: str | Profile = "cpu") -> Any:
 
     from ooospec.models.loading import checkpoint_location
 
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    prof = resolve_profile(profile)
     role = prof.role(name, missing_ok=True)
     location, kwargs = checkpoint_location(prof.model(role.model if role is not None else name))
     return AutoTokenizer.from_pretrained(location, **kwargs)

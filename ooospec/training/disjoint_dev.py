@@ -129,7 +129,7 @@ def commit_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), 
     """Copy a finished choice's per-request scores (not its rows) and its provenance next to the
     other committed assets, so the book shows them without running the sidecar."""
     from ooospec.training.sidecar import _provenance
-    from ooospec.training.teacher import code_commit
+    from ooospec.provenance import code_commit
 
     record = read_frozen(Path(adapter_dir))
     split = load_api_disjoint()

@@ -460,20 +460,3 @@ class AdapterRun:
 
     def side_file(self, name: str) -> Path:
         return self.adapter_dir.parent / name
-
-
-def loss_curves_figure(runs: dict[str, AdapterRun]):
-    """One panel per trained adapter: the loss of every optimizer step and its running mean."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 3.6), squeeze=False)
-    for ax, (name, run) in zip(axes[0], runs.items()):
-        log = pd.DataFrame(run.loss_log)
-        ax.plot(log.step, log.loss, lw=0.8, alpha=0.5, label="step")
-        ax.plot(log.step, log.loss.rolling(max(1, len(log) // 15), min_periods=1).mean(), lw=1.8, label="running mean")
-        ax.set(title=f"{name}: LoRA training loss", xlabel="optimizer step", ylabel="completion NLL (nats/token)")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    return fig

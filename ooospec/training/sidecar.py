@@ -13,7 +13,6 @@ trains into its own keyed stage directory.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -26,6 +25,7 @@ import torch
 
 from ooospec.data.request import Request
 from ooospec.paths import artifacts_dir, shown
+from ooospec.provenance import file_sha256_or_none
 from ooospec.sidecar.metrics import score_to_dict, score_wave, summarize
 from ooospec.sidecar.predictor import SlotPredictor, encode
 from ooospec.sidecar.slots import CALLS_DIALOGUE, SlotPromptConfig, SlotRow, request_prefix
@@ -124,26 +124,7 @@ def read_layer_sweep(path: Path | None = None) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def layer_sweep_figure(sweep: dict[str, Any]):
-    """The untrained cut base's slot-row NLL per kept-layer count (how far from calibrated a cut is)."""
-    import matplotlib.pyplot as plt
-
-    untrained = sweep["untrained"]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.bar([str(u["num_layers"]) for u in untrained], [u["untrained_completion_nll"] for u in untrained],
-           color="tab:gray")
-    ax.set(title="Cut SmolLM2 before training: slot-row NLL by kept layers", xlabel="decoder layers kept (k)",
-           ylabel="completion NLL (nats/token)")
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    return fig
-
-
 # ---------------------------------------------------------------- inputs
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_requests(split: str) -> list[Request]:
@@ -474,7 +455,7 @@ def _provenance() -> dict[str, Any]:
     data = {}
     for split in ("train", "dev"):
         path = artifacts_dir() / "data" / f"{split}.jsonl"
-        data[split] = file_sha256(path) if path.exists() else None
+        data[split] = file_sha256_or_none(path)
     from ooospec.models.arithmetic import cpu_capability, cpu_model
     from ooospec.models.loading import bf16_supported_on_cpu
 

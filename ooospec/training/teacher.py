@@ -33,15 +33,16 @@ import torch
 
 from ooospec.data.request import Call, Request
 from ooospec.models.context import PROMPT_TOO_LONG, PromptTooLong, fit_budget, model_context
-from ooospec.decoding.compiled import load_role_for_decoding
+from ooospec.decoding.compiled import compile_target
 from ooospec.decoding.loop import decode
 from ooospec.decoding.toolspec import ToolSpec
 from ooospec.decoding.tree import TreeBudget
 from ooospec.models.formats import get_surface
 from ooospec.models.registry import load_profile
 from ooospec.models.surface import SurfaceFormat
-from ooospec.models.target import TargetModel
+from ooospec.models.target import TargetModel, load_role
 from ooospec.paths import artifacts_dir
+from ooospec.provenance import code_commit, file_sha256
 from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, canonical_json, done_ids, read_jsonl
 from ooospec.progress import progress_bar
 
@@ -321,7 +322,7 @@ def committed_records(settings: dict[str, Any]) -> dict[tuple[str, str], dict[st
         arithmetic = config["generation"].get(ARITHMETIC_SETTING)
         traces = config_file.parent / TRACES_FILE
         expected = json.loads((config_file.parent / "provenance.json").read_text())["sha256"]
-        actual = hashlib.sha256(traces.read_bytes()).hexdigest()
+        actual = file_sha256(traces)
         if actual != expected:
             raise ValueError(f"{traces}: sha256 {actual} does not match provenance.json ({expected}); "
                              f"restore it with git (git checkout -- {traces}) or delete the directory")
@@ -372,7 +373,27 @@ def judged_records(traces: Path | list[Path], requests: list[Request], surface: 
 @lru_cache(maxsize=1)
 def profile_teacher(profile: str) -> TargetModel:
     """The profile's teacher, loaded once per process (a notebook traces train and dev in turn)."""
-    return load_role_for_decoding("teacher", profile)
+    return compile_target(load_role("teacher", profile))
+
+
+@dataclass(frozen=True)
+class TeacherSettings:
+    """What a teacher run is asked (`run_teacher`): which split and subset, the generation settings
+    and how the work is shared. One object, so the CLI, the notebook and the tests ask the same
+    way, and a new option is one field, not another parameter threaded through every caller."""
+
+    split: str
+    profile: str = "cpu"
+    limit: int | None = DEFAULT_LIMIT
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    batch_size: int = DEFAULT_BATCH_SIZE
+    reuse: bool = True  # committed traces and other local stages with the same settings
+    model_pin: str | None = None  # the pin of an injected teacher (None: "unpinned")
+    threads: int | None = None  # torch threads (None: leave as is)
+    decoder: str = DEFAULT_DECODER
+    shard: tuple[int, int] = (0, 1)  # (k, n): this process traces every n-th request from k
+    trace_missing: bool = False  # trace requests no committed trace holds (the tracing CLI)
+    rederive: bool = False  # ignore the committed traces: trace every request here
 
 
 @dataclass
@@ -392,30 +413,14 @@ class TeacherRun:
         return self.stage.path(TRACES_FILE)
 
 
-def run_teacher(
-    requests: list[Request],
-    *,
-    split: str,
-    profile: str = "cpu",
-    limit: int | None = DEFAULT_LIMIT,
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    reuse: bool = True,  # committed traces and other local stages with the same settings
-    teacher: TargetModel | None = None,
-    model_pin: str | None = None,
-    threads: int | None = None,
-    on_batch: Callable[[int], None] | None = None,
-    decoder: str = DEFAULT_DECODER,
-    shard: tuple[int, int] = (0, 1),
-    trace_missing: bool = False,
-    rederive: bool = False,
-) -> TeacherRun:
-    """Trace ``requests`` (the ``limit`` subset) with the profile's teacher; resumable and keyed by config.
+def run_teacher(requests: list[Request], cfg: TeacherSettings, *, teacher: TargetModel | None = None,
+                on_batch: Callable[[int], None] | None = None) -> TeacherRun:
+    """Trace ``requests`` (the ``cfg.limit`` subset) with the profile's teacher; resumable and keyed by config.
 
-    ``teacher``/``model_pin`` inject a model (tests use a tiny random one); by default the profile's
+    ``teacher`` (with ``cfg.model_pin``) injects a model (tests use a tiny random one); by default the profile's
     teacher role is used, pinned by its source sha256 (or hub id), and loaded only when some
     request is neither traced nor committed. ``on_batch`` is called after each written batch (a
-    hook for progress reporting and interruption tests). ``shard=(k, n)`` traces every n-th
+    hook for progress reporting and interruption tests). ``cfg.shard=(k, n)`` traces every n-th
     request of the subset starting at k (those not yet traced) into its own file, so n processes (one per core) share a stage;
     the stage is done when the files together cover the subset.
 
@@ -425,26 +430,27 @@ def run_teacher(
     committed traces are ignored and every request is traced here, in the local arithmetic, into a
     stage of its own (hours per thousand requests on 2 cores).
     """
-    index, shards = shard
+    index, shards = cfg.shard
     if not 0 <= index < shards:
         raise ValueError(f"shard {index} of {shards} does not exist")
-    if threads:
-        torch.set_num_threads(threads)
-    chosen = subset(requests, limit)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    chosen = subset(requests, cfg.limit)
     if teacher is None:
-        settings = profile_teacher_settings(profile, max_new_tokens, batch_size, decoder)
+        settings = profile_teacher_settings(cfg.profile, cfg.max_new_tokens, cfg.batch_size, cfg.decoder)
     else:
-        settings = model_teacher_settings(teacher, model_pin or "unpinned", max_new_tokens, batch_size, decoder)
-    config = {"split": split, "limit": limit, "requests": requests_digest(chosen), "profile": profile,
-              "generation": settings, "traces": "rederived" if rederive else "committed or earlier runs"}
+        settings = model_teacher_settings(teacher, cfg.model_pin or "unpinned", cfg.max_new_tokens, cfg.batch_size,
+                                          cfg.decoder)
+    config = {"split": cfg.split, "limit": cfg.limit, "requests": requests_digest(chosen), "profile": cfg.profile,
+              "generation": settings, "traces": "rederived" if cfg.rederive else "committed or earlier runs"}
     stage = Stage("teacher", config)
     out = stage.path(TRACES_FILE if shards == 1 else f"traces.shard{index}of{shards}.jsonl")
     done = done_ids(out) | {i for path in trace_files(stage) if path != out for i in done_ids(path, repair=False)}
     todo = [r for r in chosen[index::shards] if r.id not in done]
     known = {}
-    if reuse:
+    if cfg.reuse:
         known = stage_records(settings, exclude=stage.dir)
-        if not rederive:
+        if not cfg.rederive:
             known = {**known, **committed_records(settings)}
     surface = get_surface(settings["surface"])
     reused = [judged(known[(r.id, r.prompt_hash)], r, surface.for_request(r)) for r in todo
@@ -452,30 +458,30 @@ def run_teacher(
     append_jsonl(out, reused)
     reused_ids = {r["id"] for r in reused}
     todo = [r for r in todo if r.id not in reused_ids]
-    if todo and teacher is None and not (trace_missing or rederive):
+    if todo and teacher is None and not (cfg.trace_missing or cfg.rederive):
         raise FrozenAssetMissing(
-            f"teacher {split}: {len(todo)} of {len(chosen)} requests have no committed trace (first: {todo[0].id}, "
+            f"teacher {cfg.split}: {len(todo)} of {len(chosen)} requests have no committed trace (first: {todo[0].id}, "
             f"prompt {todo[0].prompt_hash}); the traces under {committed_dir()} are frozen. To re-derive them on "
             f"purpose, in this machine's arithmetic: `make retrace` (hours per thousand requests on 2 cores) or "
             f"papermill notebooks/01_teacher.ipynb ... -p rederive True")
     if todo and teacher is None:
-        teacher = profile_teacher(profile)
+        teacher = profile_teacher(cfg.profile)
     prompts = {r.id: teacher.prompt_ids(r) for r in todo}
-    budgets, refused = teacher_budgets(teacher, todo, prompts, max_new_tokens)
-    todo = length_windows(todo, lambda r: len(prompts[r.id]), window=8 * batch_size)
+    budgets, refused = teacher_budgets(teacher, todo, prompts, cfg.max_new_tokens)
+    todo = length_windows(todo, lambda r: len(prompts[r.id]), window=8 * cfg.batch_size)
     generated, tokens, seconds = 0, 0, 0.0
     step = settings["batch_size"]
-    sources = [ToolSpec()] if todo and decoder == "toolspec" else None
-    bar = progress_bar(total=len(todo), desc=f"teacher {split}", unit="req")
+    sources = [ToolSpec()] if todo and cfg.decoder == "toolspec" else None
+    bar = progress_bar(total=len(todo), desc=f"teacher {cfg.split}", unit="req")
     for start in range(0, len(todo), step):
         batch = todo[start:start + step]
         began = time.perf_counter()
-        answers = answer_batch(teacher, sources, batch, prompts, budgets, max_new_tokens)
+        answers = answer_batch(teacher, sources, batch, prompts, budgets, cfg.max_new_tokens)
         elapsed = time.perf_counter() - began
         records = []
         for request in batch:
             gen = answers.get(request.id, Generation("", 0, False))  # a refused request has no answer
-            budget = budgets.get(request.id, max_new_tokens)
+            budget = budgets.get(request.id, cfg.max_new_tokens)
             if request.id in refused:
                 verdict = Verdict(None, refused[request.id].reason, 0, None)
             else:
@@ -486,7 +492,7 @@ def run_teacher(
                 syntax=verdict.syntax,
                 prompt_tokens=len(prompts[request.id]), new_tokens=gen.new_tokens,
                 stopped_on_eos=gen.stopped_on_eos, seconds=round(elapsed / len(batch), 3),
-                capped_to=budget if budget < max_new_tokens else None,
+                capped_to=budget if budget < cfg.max_new_tokens else None,
             ).to_dict())
         append_jsonl(out, records)
         generated += len(batch)
@@ -524,21 +530,6 @@ def validity_by_source(records: list[dict[str, Any]]) -> dict[str, dict[str, Any
     }
 
 
-def validity_table(records: list[dict[str, Any]]):
-    """`validity_by_source` as a DataFrame with a total row (for the notebook)."""
-    import pandas as pd
-
-    rows = [{"source": s, **{k: v for k, v in r.items() if k != "reasons"},
-             **{f"invalid: {k}": n for k, n in r["reasons"].items()}}
-            for s, r in validity_by_source(records).items()]
-    frame = pd.DataFrame(rows).fillna(0)
-    total = {"source": "all", **frame.drop(columns=["source", "valid_rate"]).sum(numeric_only=True).to_dict()}
-    total["valid_rate"] = round(total["valid"] / max(total["requests"], 1), 4)
-    frame = pd.concat([frame, pd.DataFrame([total])], ignore_index=True)
-    counts = [c for c in frame.columns if c not in ("source", "valid_rate")]
-    return frame.astype({c: int for c in counts})
-
-
 def throughput(records: list[dict[str, Any]]) -> dict[str, float]:
     """Measured cost of the generated (not reused) records: seconds per request, tokens per second."""
     own = [r for r in records if r.get("origin", "generated") == "generated"] or records
@@ -546,19 +537,6 @@ def throughput(records: list[dict[str, Any]]) -> dict[str, float]:
     return {"requests": len(own), "seconds_per_request": round(seconds / max(len(own), 1), 2),
             "new_tokens_per_second": round(sum(r["new_tokens"] for r in own) / max(seconds, 1e-9), 2),
             "prompt_tokens_mean": round(sum(r["prompt_tokens"] for r in own) / max(len(own), 1), 1)}
-
-
-def code_commit() -> str | None:
-    """The git commit of the code that made an artifact (None outside a checkout)."""
-    import subprocess
-
-    from ooospec.paths import REPO_ROOT
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def commit_traces(records: list[dict[str, Any]], name: str, config: dict[str, Any],
@@ -569,7 +547,7 @@ def commit_traces(records: list[dict[str, Any]], name: str, config: dict[str, An
     with open(target / TRACES_FILE, "w", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps({**record, "origin": "generated"}, ensure_ascii=False) + "\n")
-    digest = hashlib.sha256((target / TRACES_FILE).read_bytes()).hexdigest()
+    digest = file_sha256(target / TRACES_FILE)
     (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
     (target / "provenance.json").write_text(json.dumps({
         **provenance, "sha256": digest, "records": len(records),
@@ -589,27 +567,6 @@ def _machine(config: dict[str, Any]) -> dict[str, Any]:
 
     profile = load_profile(config.get("profile", "cpu"))
     return arithmetic_of(profile.model("teacher")).to_dict()
-
-
-def validity_figure(records: list[dict[str, Any]], title: str = "Teacher: first valid call per source"):
-    """Bar chart of the valid-call rate per source, each bar labelled valid/requests."""
-    import matplotlib.pyplot as plt
-
-    table = validity_by_source(records)
-    sources = list(table)
-    rates = [table[s]["valid_rate"] * 100 for s in sources]
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    bars = ax.barh(sources, rates, color="#4c72b0")
-    for bar, source in zip(bars, sources):
-        row = table[source]
-        ax.text(bar.get_width() + 1, bar.get_y() + bar.get_height() / 2, f"{row['valid']}/{row['requests']}",
-                va="center", fontsize=9)
-    ax.set_xlim(0, 112)
-    ax.set_xlabel("requests with a valid first call (%)")
-    ax.set_title(title)
-    ax.invert_yaxis()
-    fig.tight_layout()
-    return fig
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -644,10 +601,10 @@ def main(argv: list[str] | None = None) -> None:
                                   "profile": args.profile, "generation": settings})
         records = judged_records(trace_files(stage), chosen, get_surface(settings["surface"]))
     else:
-        run = run_teacher(requests, split=args.split, profile=args.profile, limit=limit,
-                          max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads,
-                          decoder=args.decoder, shard=(int(index), int(shards or 1)), trace_missing=True,
-                          rederive=args.rederive)
+        run = run_teacher(requests, TeacherSettings(
+            split=args.split, profile=args.profile, limit=limit, max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size, threads=args.threads, decoder=args.decoder,
+            shard=(int(index), int(shards or 1)), trace_missing=True, rederive=args.rederive))
         stage, records = run.stage, run.records
         print(json.dumps(run.summary, indent=2))
     if args.commit and args.new_only:
@@ -676,22 +633,6 @@ def arithmetic_sentence(records: list[dict[str, Any]], profile: str) -> str:
     traced = sum(not str(r.get("origin", "")).startswith("committed") for r in records)
     return (f"Committed traces read: {used} (frozen: made on an avx512_bf16 CPU, see each set's provenance). "
             f"Traced here, or by an earlier local run: {traced}. This machine would run the teacher in {here}.")
-
-
-def committed_sets() -> list[dict[str, Any]]:
-    """One row per committed trace set (chunk): its split, records, valid calls, measured seconds
-    per request and the code commit that made it, from its `provenance.json`."""
-    rows = []
-    for folder in sorted(p.parent for p in committed_dir().glob("*/provenance.json")):
-        provenance = json.loads((folder / "provenance.json").read_text())
-        config = json.loads((folder / "config.json").read_text())
-        rows.append({"set": folder.name, "split": config.get("split"), "records": provenance.get("records"),
-                     "valid": provenance.get("valid"),
-                     "s/request": provenance.get("throughput", {}).get("seconds_per_request"),
-                     "decoder": config.get("generation", {}).get("decoder"),
-                     "arithmetic": config.get("generation", {}).get("dtype"),
-                     "code commit": (provenance.get("code_commit") or "")[:10]})
-    return rows
 
 
 if __name__ == "__main__":

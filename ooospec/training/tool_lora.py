@@ -26,6 +26,7 @@ import torch
 
 from ooospec.data.request import Call, Request
 from ooospec.paths import artifacts_dir, shown
+from ooospec.provenance import file_sha256_or_none
 from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, canonical_json, config_key
 from ooospec.models.adapters import (TOOL_TARGET, freeze_adapter, read_frozen, tool_adapter_committed_dir, tool_adapter_pointer, update_frozen_record)
 from ooospec.training.lora import (AdapterRun, LoraTrainConfig, TrainExample, attach_lora, mean_completion_nll, save_loss_curve, train_lora)
@@ -205,7 +206,7 @@ def train_tool_lora(cfg: ToolLoraConfig, requests: dict[str, list[Request]] | No
         "prompt_fingerprint": {dev_requests[0].id: prompt_fingerprint(parts, dev_requests[0])} if dev_requests else {},
         "examples": {"train": len(train), "dev": len(dev_examples), "train_dropped": train_dropped, "dev_dropped": dev_dropped},
         "train": result.to_dict(),
-        "provenance": {"data_sha256": {s: _sha(artifacts_dir() / "data" / f"{s}.jsonl") for s in ("train", "dev")},
+        "provenance": {"data_sha256": {s: file_sha256_or_none(artifacts_dir() / "data" / f"{s}.jsonl") for s in ("train", "dev")},
                        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
     }
     freeze_adapter(parts.model, stage.path("adapter"), record)
@@ -220,10 +221,6 @@ def train_tool_lora(cfg: ToolLoraConfig, requests: dict[str, list[Request]] | No
     if cfg.base == "profile":
         tool_adapter_pointer(cfg.profile).write_text(json.dumps({"adapter": str(stage.path("adapter"))}))
     return AdapterRun(stage.path("adapter"), read_frozen(stage.path("adapter")), None)
-
-
-def _sha(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
 
 
 def main() -> None:

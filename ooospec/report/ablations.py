@@ -10,9 +10,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ooospec.bench.hint_tables import hint_table
+from ooospec.report.hint_tables import hint_table
 from ooospec.bench.methods import PAPER_PLACEMENT, MethodSpec
-from ooospec.bench.tables import KEYS, frame, method_table, versus
+from ooospec.report.tables import KEYS, frame, method_table, versus
 
 
 # ablation -> (the method it is compared with, what the comparison shows)
@@ -92,7 +92,7 @@ def ablation_findings(table: pd.DataFrame, records: Iterable[dict[str, Any]] | N
     With ``records``, each ratio is the ratio of total decode times on the requests both methods
     decoded, with its paired bootstrap 95% interval; an ablation is called faster or slower only
     when the interval excludes 1 (without records, no verdict is given)."""
-    from ooospec.bench.intervals import paired_speedup
+    from ooospec.report.intervals import paired_speedup
 
     df = frame(records).set_index(KEYS) if records is not None else None
     by_method = {row.method: row for row in table.itertuples()}
@@ -174,7 +174,7 @@ def wave_gate_table(records: Iterable[dict[str, Any]], phase: str = "decode") ->
     comparison of `WAVE_GATE_PAIRS` in ``phase`` on the same work (ratio of totals, paired bootstrap
     95% interval), and for the method, how many of its waves were submitted, skipped by the gate and
     in time (``submitted``, ``skipped``, ``in time``: the hint read before its request finished)."""
-    from ooospec.bench.speedups import PHASE_LABELS, speedup_intervals
+    from ooospec.report.speedups import PHASE_LABELS, speedup_intervals
 
     records = list(records)
     waves: dict[tuple[str, str, str], Counter] = {}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ooospec.bench.targets import STUDY_CODE, _split_name, cached_target, torch_threads
+from ooospec.studies.target_cache import STUDY_CODE, _split_name, cached_target, torch_threads
 from ooospec.bench.verify_cost import verify_cost_curve
 from ooospec.data import load_split
 from ooospec.decoding.verifier import TreeVerifier

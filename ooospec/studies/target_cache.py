@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import torch
 
 # the package source a study's records depend on: its hash is part of every study stage's key
-STUDY_CODE = ("bench/targets.py", "bench/methods.py", "bench/verify_cost.py", "decoding", "models")
+STUDY_CODE = ("studies/target_cache.py", "bench/methods.py", "bench/verify_cost.py", "decoding", "models")
 
 
 @contextmanager
@@ -27,9 +27,10 @@ def torch_threads(count: int) -> Iterator[None]:
 @lru_cache(maxsize=4)
 def cached_target(name: str, profile: str) -> Any:
     """One load per process and target (loading dominates a small slice)."""
-    from ooospec.decoding.compiled import load_for_decoding
+    from ooospec.decoding.compiled import compile_target
+    from ooospec.models.target import load_target
 
-    return load_for_decoding(name, profile)
+    return compile_target(load_target(name, profile))
 
 
 def available_target(name: str, profile: str) -> tuple[Any | None, str | None]:

@@ -1,7 +1,7 @@
 """Speedups with their uncertainty: paired bootstrap intervals over requests.
 
 Every speedup in the book is a ratio of two methods' times on the *same* requests, and its primary
-form (`ooospec.bench.speedups.speedup_intervals`) only on those where both wrote the same output: a
+form (`ooospec.report.speedups.speedup_intervals`) only on those where both wrote the same output: a
 rounding near-tie that changes the output's length changes the work, not the speed. The primary
 statistic is the ratio of total times (sum of baseline seconds / sum of method seconds, i.e. the
 ratio of means): it weighs each request by its length, as a user waiting for all of them would, and

@@ -9,12 +9,12 @@ from typing import Any
 import pandas as pd
 
 from ooospec.bench.sampling import sample_requests
-from ooospec.bench.targets import STUDY_CODE, _split_name, cached_target, torch_threads
+from ooospec.studies.target_cache import STUDY_CODE, _split_name, cached_target, torch_threads
 from ooospec.data import load_split
 from ooospec.stage import Stage, code_fingerprint, read_jsonl
 
 # the bench loop the audit decodes with (`decode_requests`)
-AUDIT_CODE = ("bench/lossless_audit.py", "bench/runner.py", "bench/records.py", "bench/sampling.py", "bench/plan.py",
+AUDIT_CODE = ("studies/lossless_audit.py", "bench/runner.py", "bench/records.py", "bench/sampling.py", "bench/plan.py",
               "bench/sidecars.py", "sidecar")
 
 

@@ -4,7 +4,7 @@ A full-size sweep takes days on 2 cores, so it is cut into **cells** that run an
 
 * **A cell** is one (config, target, benchmark) slice: every method of the config interleaved per
   request, the requests in file order (call retrieval learns from earlier calls), exactly the
-  slice `ooospec.bench.run_bench` decodes, through the same code (`ooospec.bench.run_cell`).
+  slice `ooospec.bench.runner.run_bench` decodes, through the same code (`ooospec.bench.runner.run_cell`).
   Nothing is shared between slices (retrieval memory and the oracle's calls live inside one), so
   cells run in any order, on any node, and give the sequential run's records.
 * **The configs** are the notebooks' own: the defaults of the ``parameters`` cells of
@@ -34,7 +34,6 @@ needs it.
 from __future__ import annotations
 
 import argparse
-import ast
 import fcntl
 import os
 import socket
@@ -46,14 +45,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ooospec.bench.config import BenchConfig
+from ooospec.bench.config import BenchConfig, notebook_config
 from ooospec.bench.plan import TargetProvider, plan_bench
 from ooospec.bench.runner import run_cell
 from ooospec.bench.sampling import load_benchmark
 from ooospec.bench.slices import assemble_records, bench_stage, slice_path, write_slice
-from ooospec.bench.methods import ablation_methods
 from ooospec.data.request import Request
-from ooospec.paths import REPO_ROOT, artifacts_dir
+from ooospec.paths import artifacts_dir
 
 NOTEBOOKS = ("05_bench", "06_ablations")
 EXECUTORS = ("local", "ray")
@@ -66,39 +64,6 @@ LOCK_DIR = Path(tempfile.gettempdir()) / "ooospec-cores"
 
 class SweepError(RuntimeError):
     """The sweep cannot run, or some of its cells failed; the message is meant to be read as is."""
-
-
-# ---------------------------------------------------------------- configs from the notebooks
-
-
-def notebook_parameters(notebook: str) -> dict[str, Any]:
-    """The defaults of a notebook's ``parameters`` cell (literal assignments only)."""
-    import nbformat
-
-    path = REPO_ROOT / "notebooks" / f"{notebook}.ipynb"
-    nb = nbformat.read(path, as_version=4)
-    cell = next(c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", []))
-    params = {}
-    for node in ast.parse(cell.source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            params[node.targets[0].id] = ast.literal_eval(node.value)
-    return params
-
-
-def notebook_config(notebook: str, overrides: dict[str, Any] | None = None, strict: bool = False) -> BenchConfig:
-    """The `BenchConfig` the notebook builds from its parameters with ``overrides`` (as papermill's
-    ``-p``/``-y``; keys the notebook lacks are ignored, as papermill's injection leaves them unused,
-    unless ``strict``: a chapter reading another chapter's run refuses a misspelt override)."""
-    params = notebook_parameters(notebook)
-    unknown = sorted(set(overrides or {}) - set(params))
-    if strict and unknown:
-        raise ValueError(f"{notebook}: no parameter(s) {', '.join(map(repr, unknown))}; it has {', '.join(sorted(params))}")
-    params.update({k: v for k, v in (overrides or {}).items() if k in params})
-    if "methods" not in params:  # the ablations chapter
-        params["methods"] = ablation_methods(params["ablations"], params["delays"])
-    names = ("profile", "targets", "benchmarks", "methods", "requests", "seed", "warmup", "max_new_tokens",
-             "sidecar", "threads")
-    return BenchConfig(**{k: params[k] for k in names})
 
 
 # ---------------------------------------------------------------- cells and their outcomes
@@ -185,8 +150,9 @@ def plan_cells(configs: dict[str, BenchConfig], targets: TargetProvider | None =
 
     pending, finished, skipped_targets = [], [], {}
     for label, cfg in configs.items():
-        stage = bench_stage(cfg, plan_bench(cfg))
-        provider = targets or ProfileTargets(cfg.profile)
+        plan = plan_bench(cfg)
+        stage = bench_stage(cfg, plan)
+        provider = targets or ProfileTargets(plan.profile)
         for name in cfg.targets:
             try:
                 fingerprint = provider.fingerprint(name)
@@ -407,7 +373,7 @@ def run_cells(executor: str, configs: dict[str, BenchConfig], **options: Any) ->
 def main(argv: list[str] | None = None) -> int:
     import yaml
 
-    parser = argparse.ArgumentParser(prog="python -m ooospec.bench.sweep", description=(
+    parser = argparse.ArgumentParser(prog="python -m ooospec.reproduce.ray_sweep", description=(
         "Run the bench's and the ablations' cells as Ray tasks (RAY_ADDRESS, else a local Ray instance)."))
     parser.add_argument("--profile", default=os.environ.get("OOOSPEC_PROFILE", "cpu"))
     parser.add_argument("--params", default="{}", help="YAML overrides of the notebooks' parameters, "

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ooospec.bench.methods import PAPER_PLACEMENT
-from ooospec.bench.speedups import PHASE_LABELS, speedup_intervals
+from ooospec.report.speedups import PHASE_LABELS, speedup_intervals
 
 ELASTIC = "ooospec"
 BOTH_CORES_CONTROL = "toolspec:both_cores"
@@ -120,7 +120,7 @@ _WORDS = {"faster": "faster than", "slower": "slower than", "no difference shown
 
 def _compared(rows: pd.DataFrame, subject: str, reference: str, over_ar: pd.DataFrame) -> list[str]:
     """One line per cell: ``subject`` is faster / slower / not distinguishable from ``reference``."""
-    from ooospec.bench.intervals import MIN_REQUESTS, TOO_FEW
+    from ooospec.report.intervals import MIN_REQUESTS, TOO_FEW
 
     def over(row: Any, method: str) -> str:
         cell = over_ar[(over_ar.target == row.target) & (over_ar.benchmark == row.benchmark) & (over_ar.method == method)]

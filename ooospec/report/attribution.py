@@ -11,7 +11,7 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
-from ooospec.bench.plots import SOURCE_COLORS
+from ooospec.report.figures import SOURCE_COLORS
 
 
 

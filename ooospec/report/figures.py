@@ -23,7 +23,7 @@ from ooospec.bench.config import HELD_OUT_BENCHMARKS
 from ooospec.decoding.base import CREDITS
 
 # one colour and one label per credit (`CREDITS` order), used by every figure and by the
-# token attribution of `ooospec.bench.attribution`
+# token attribution of `ooospec.report.attribution`
 SOURCE_COLORS = {"fsm": "#4c72b0", "retrieval": "#dd8452", "pld": "#8172b3", "hint": "#2ca02c", "shared": "#e7ba52",
                  "bonus": "#bdbdbd"}
 SOURCE_LABELS = {"fsm": "schema FSM", "retrieval": "call retrieval", "pld": "prompt lookup", "hint": "sidecar hint",
@@ -69,7 +69,7 @@ def speedup_bars(table: pd.DataFrame, metric: str = "e2e_speedup", methods: list
 
 
 def headline_figure(ours: pd.DataFrame, paper: dict[str, Any], ours_label: str = "ours (CPU, 2 cores)") -> Figure:
-    """The paper's headline next to ours. ``ours`` is `ooospec.bench.tables.headline` output for the
+    """The paper's headline next to ours. ``ours`` is `ooospec.report.tables.headline` output for the
     decode phase and end to end (columns method, mean, min, max, metric); ``paper`` is
     `paper_numbers.headline()`."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
@@ -243,7 +243,7 @@ def timelines_figure(picks: dict[str, list[dict[str, Any]]], title: str = "Per-r
 def arrival_figure(arrivals: pd.DataFrame, title: str = "Where the hint joined decoding") -> Figure:
     """Left: the boundary index that first saw the hint (histogram stacked over target x benchmark,
     so a bar's height counts every request); right: every request's outcome, per target and benchmark."""
-    from ooospec.bench.hint_tables import ARRIVAL_BUCKETS
+    from ooospec.report.hint_tables import ARRIVAL_BUCKETS
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.1]})
     def label(df: pd.DataFrame) -> pd.Series:

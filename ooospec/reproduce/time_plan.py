@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from ooospec.bench.methods import MethodSpec, ablation_methods, budget_methods, wave_gate_methods
-from ooospec.bench.sweep import notebook_parameters
+from ooospec.bench.config import notebook_parameters
 from ooospec.paths import artifacts_dir
+from ooospec.studies.machine_calibration import PLAN_FILE, Speed, calibrate
 
 AUDIT_DIR = ("committed", "lossless-audit")
-PLAN_FILE = "plan.json"
 MIN_REQUESTS = 10
 # 02's timed sections in Qwen prefills of a mean dev prompt, fitted on the AVX2 fresh clone (d5db038):
 # one request in four sidecar modes took 39 s, one latency request against the target 45 s, with an
@@ -50,35 +50,6 @@ BOOK_S = 150.0  # jupyter-book build of every chapter
 LOAD_S = 15.0  # a target load, a sidecar start, the budget choice: per slice
 REPLAY_CASES = 60  # dev requests with a committed teacher trace and a served sidecar wave
 REPLAY_REQUEST_S = 0.08  # one request replayed by one hint use (AVX2 machine: 60 x 26 replays in 126 s)
-
-
-@dataclass(frozen=True)
-class Speed:
-    """A target's forward times on this machine (seconds; minimum of a few repeats)."""
-
-    target: str
-    step_s: float  # a one-row decode step, one thread
-    step_2t_s: float  # the same on two threads
-    verify_s: dict[int, float]  # draft nodes -> verify forward, one thread
-    verify_2t_s: dict[int, float]
-    prefill_token_s: float  # prefill time per prompt token, one thread
-    prefill_2t_token_s: float
-    nodes: int  # the tree budget the bench will choose here
-    calibrate_s: float = 0.0
-
-    def verify(self, nodes: int | None = None, both_cores: bool = False) -> float:
-        """Verify time at ``nodes`` (None: the chosen budget), interpolated between measured sizes."""
-        curve = self.verify_2t_s if both_cores else self.verify_s
-        nodes = self.nodes if nodes is None else nodes
-        sizes = sorted(curve)
-        if nodes in curve:
-            return curve[nodes]
-        below = max([s for s in sizes if s < nodes], default=sizes[0])
-        above = min([s for s in sizes if s > nodes], default=sizes[-1])
-        if above == below:
-            return curve[below] * nodes / below if below else curve[below]
-        share = (nodes - below) / (above - below)
-        return curve[below] + share * (curve[above] - curve[below])
 
 
 @dataclass(frozen=True)
@@ -240,9 +211,9 @@ def sweep_seconds(methods: list[str], targets: list[str], requests: int, speeds:
 
 
 def replay_seconds(replay_nodes: list[int], replay_requests: int | None = None) -> float:
-    """06's hint-use replay on dev (`ooospec.bench.hint_replay`): no target forward, so a count of
+    """06's hint-use replay on dev (`ooospec.studies.hint_replay`): no target forward, so a count of
     requests x uses x budgets at the time one took here (draft sources and merge only)."""
-    from ooospec.bench.hint_replay import DEFAULT_USES, SHARE_GRID
+    from ooospec.studies.hint_replay import DEFAULT_USES, SHARE_GRID
 
     cases = min(REPLAY_CASES, replay_requests or REPLAY_CASES)
     return cases * (len(DEFAULT_USES) + len(SHARE_GRID)) * len(replay_nodes) * REPLAY_REQUEST_S
@@ -362,43 +333,6 @@ def _overrides(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any
         for reader in ("03_toolspec", "04_ooospec", "07_timelines"):
             out.setdefault(reader, {})["bench"] = changed["05_bench"]
     return out
-
-
-# ---------------------------------------------------------------- calibration
-
-
-def calibrate(target_name: str, profile: str, repeats: int = 3) -> Speed:
-    """Load the target and time it on the first dev request (about 30 s for Qwen on the AVX2 CPU)."""
-    from ooospec.bench.targets import cached_target
-    from ooospec.data import load_split
-
-    started = time.perf_counter()
-    target = cached_target(target_name, profile)
-    speed = measure_speed(target, target.prompt_ids(load_split("dev")[0]), target_name, repeats)
-    return replace(speed, calibrate_s=round(time.perf_counter() - started, 1))
-
-
-def measure_speed(target: Any, prompt: list[int], target_name: str, repeats: int = 3,
-                  sizes: tuple[int, ...] = (0, 4, 8, 16, 32)) -> Speed:
-    """Time one prefill, a one-row step and verify forwards, on one and two threads, and the tree
-    budget the bench will choose here (`ooospec.bench.tree_budget.machine_budget`)."""
-    from ooospec.bench.targets import torch_threads
-    from ooospec.bench.tree_budget import machine_budget
-    from ooospec.bench.verify_cost import verify_cost_curve
-    from ooospec.decoding.loop import Prefill
-    from ooospec.decoding.verifier import TreeVerifier
-
-    verifier = TreeVerifier.for_target(target)
-    curves, prefill = {}, {}
-    for threads in (1, 2):
-        with torch_threads(threads):
-            prefill[threads] = min(Prefill.measure(verifier, prompt).seconds for _ in range(2)) / len(prompt)
-            curves[threads] = {p.nodes: p.min_s for p in verify_cost_curve(verifier, prompt, sizes, repeats)}
-    with torch_threads(1):
-        nodes = machine_budget(verifier, prompt, target_name, repeats=repeats).budget["max_nodes"]
-    one, two = curves[1], curves[2]
-    return Speed(target_name, one[0], two[0], {n: s for n, s in one.items() if n}, {n: s for n, s in two.items() if n},
-                 prefill[1], prefill[2], nodes)
 
 
 def committed_mats() -> dict[str, dict[int, float]]:

@@ -19,7 +19,6 @@ profile stays an option until its compile time is paid back over a run (see the 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -27,9 +26,10 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ooospec.bench.speedups import speedup_intervals
-from ooospec.bench.tables import method_table
+from ooospec.report.speedups import speedup_intervals
+from ooospec.report.tables import method_table
 from ooospec.models.arithmetic import first_difference
+from ooospec.provenance import code_commit
 from ooospec.stage import read_jsonl
 
 COMPILED_OPTIONS = (("cpu", "sdpa"), ("cpu-compiled", "sdpa"))  # eager bf16 beside compiled bf16, one process
@@ -55,7 +55,7 @@ def before_after(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> p
     sees, over the requests where the method wrote its AR's output), the compiled method against the same method eager (decode seconds,
     paired 95% interval; two runs made at different times on the same idle machine) over the ``n``
     requests whose AR outputs are identical in both runs, and MAT in both runs (all requests)."""
-    from ooospec.bench.intervals import paired_speedup
+    from ooospec.report.intervals import paired_speedup
 
     def by_key(records):
         return {(r["target"], r["benchmark"], r["method"], r["request_id"]): r for r in records}
@@ -85,7 +85,7 @@ def ar_comparison(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> 
     """AR eager against AR compiled on the same requests: the step time (decode seconds per decoded
     token, summed over requests), the compiled speedup with its paired interval, and how many
     compiled AR outputs equal the eager ones token for token (first difference where not)."""
-    from ooospec.bench.intervals import paired_speedup
+    from ooospec.report.intervals import paired_speedup
 
     def ar(records):
         return {(r["target"], r["benchmark"], r["request_id"]): r for r in records if r["method"] == "ar"}
@@ -128,8 +128,8 @@ def measure(out: Path, *, targets: tuple[str, ...] = ("qwen2.5-coder-0.5b", "smo
     ``before_records``: the eager bench run's records.jsonl when it already exists (e.g. from
     ``make reproduce``); otherwise it is run here with the same config in the ``cpu`` profile."""
     from ooospec.bench.runner import run_bench
-    from ooospec.bench.cost_studies import arithmetic_study
-    from ooospec.bench.sweep import notebook_config
+    from ooospec.studies.forward_cost import arithmetic_study
+    from ooospec.bench.config import notebook_config
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -149,10 +149,9 @@ def measure(out: Path, *, targets: tuple[str, ...] = ("qwen2.5-coder-0.5b", "smo
         (out / name).write_text("".join(json.dumps(r) + "\n" for r in slim(records)))
     compile_reports = {p.stem.removeprefix("compile-"): json.loads(p.read_text())
                        for p in after.stage.dir.glob("compile-*.json")}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     provenance = {
         "what": "torch.compile (inductor, freezing, dynamic shapes; profile cpu-compiled) against eager bf16 (cpu)",
-        "made_by": "ooospec.bench.compile_study.measure", "code_commit": commit,
+        "made_by": "ooospec.studies.compile_study.measure", "code_commit": code_commit(short=True),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "arithmetic_study": {"targets": list(targets), "options": [list(o) for o in COMPILED_OPTIONS],
                              "seconds": round(study_s)},

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ooospec.bench.tables import frame, with_reference
+from ooospec.report.tables import frame, with_reference
 from ooospec.decoding.base import DRAFTED_CREDITS
 
 

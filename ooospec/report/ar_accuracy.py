@@ -28,9 +28,9 @@ def ar_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu") -> list[
 
 
 def scored_ar_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu") -> list[tuple[dict[str, Any], Any]]:
-    """Each AR record (`ar_outputs`) with its output scored against gold (`bench.accuracy.score_text`)
+    """Each AR record (`ar_outputs`) with its output scored against gold (`ooospec.report.accuracy.score_text`)
     in its target's frozen surface."""
-    from ooospec.bench.accuracy import score_text
+    from ooospec.report.accuracy import score_text
 
     return [(r, score_text(request, r["text"], surface, target=r["target"]))
             for r, request, surface in ar_outputs(records, profile)]
@@ -39,7 +39,7 @@ def scored_ar_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu") -
 def output_accuracy(records: Iterable[dict[str, Any]], profile: str = "cpu") -> pd.DataFrame:
     """What is being accelerated: parse rate, name match, exact match (API-Bank, ToolAlpaca) or
     BFCL's own checker, per target x benchmark (`scored_ar_outputs`)."""
-    from ooospec.bench.accuracy import accuracy_table
+    from ooospec.report.accuracy import accuracy_table
 
     return accuracy_table([score for _, score in scored_ar_outputs(records, profile)], by=("target", "benchmark"))
 

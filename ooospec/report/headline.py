@@ -1,12 +1,12 @@
 """The README's headline table, computed from bench records so that no number in it is typed.
 
 Per target x benchmark, in the decode phase, over the same work (the requests where both methods
-wrote the same tokens, `ooospec.bench.speedups`): ToolSpec and OoO-Spec over AR, OoO-Spec over
+wrote the same tokens, `ooospec.report.speedups`): ToolSpec and OoO-Spec over AR, OoO-Spec over
 ToolSpec with its paired bootstrap 95% interval, tokens per verify forward (MAT) of both, and how
 many speculative decodes wrote exactly AR's tokens. OoO-Spec is compared in the paper's placement
 (``ooospec:static`` against ``toolspec``, each target on one core) where the records have it.
 
-``python -m ooospec.bench.headline RECORDS`` prints it (RECORDS: a records ``.jsonl``, or a bench
+``python -m ooospec.report.headline RECORDS`` prints it (RECORDS: a records ``.jsonl``, or a bench
 stage directory, whose ``slices/*/*.jsonl`` are read); ``--readme`` rewrites the table between the
 README's headline markers from the records the opening marker names, which tests/test_readme.py
 checks against the records.
@@ -23,8 +23,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ooospec.bench.speedups import speedup_intervals
-from ooospec.bench.tables import method_table
+from ooospec.report.speedups import speedup_intervals
+from ooospec.report.tables import method_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"

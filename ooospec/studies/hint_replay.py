@@ -7,7 +7,7 @@ output token at that row's position; `decode` runs on it unchanged (the real dra
 bank, tree merge, credits and rounds), so the counts a replay gives (verify forwards, tokens per
 forward, nodes verified, tokens credited to the hint) are those the target would give, up to
 near-ties and the re-tokenization of the trace's text. Seconds are *modelled* from this machine's
-calibrated verify costs (`ooospec.bench.reproduce_plan.Speed`), never measured here.
+calibrated verify costs (`ooospec.studies.machine_calibration.Speed`), never measured here.
 
 This is how the hint's constants are chosen (the merge share, the depth schedule, whether it is
 gated and follows the target's function) without touching evaluation data; the results bench then
@@ -20,7 +20,6 @@ trace's own call.
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -39,6 +38,7 @@ from ooospec.models.target import TargetModel, load_role_frame
 from ooospec.sidecar.join import join_rows
 from ooospec.sidecar.predictor import WaveResult
 from ooospec.sidecar.service import SidecarResult
+from ooospec.studies.machine_calibration import PLAN_FILE, Speed, load_speed
 
 if TYPE_CHECKING:  # annotations only: pandas is imported where a frame is built
     import pandas as pd
@@ -241,26 +241,14 @@ def arrival_uses(rounds: tuple[int, ...] = ARRIVAL_GRID) -> list[HintUse]:
             for k in rounds]
 
 
-def load_speed(target_name: str, plan_path: Path) -> Any:
-    """The target's calibrated forward times from a reproduce plan (`ooospec.bench.reproduce_plan`)."""
-    from ooospec.bench.reproduce_plan import Speed
-
-    plan = json.loads(Path(plan_path).read_text())
-    for s in plan["speeds"]:
-        if s["target"] == target_name:
-            return Speed(**{**s, "verify_s": {int(k): v for k, v in s["verify_s"].items()},
-                            "verify_2t_s": {int(k): v for k, v in s["verify_2t_s"].items()}})
-    raise ValueError(f"{plan_path}: no calibration of {target_name!r}")
-
-
 def replay_table(cases: list[ReplayCase], target: TargetModel, nodes: list[int], uses: list[HintUse],
-                 speed: Any = None) -> "pd.DataFrame":
+                 speed: Speed | None = None) -> "pd.DataFrame":
     """One row per (budget, use): forwards, tokens per forward, nodes per verify, hint tokens, the
     modelled seconds (``speed``'s verify costs; without one, every forward counts 1) and the ratio
     over ToolSpec (ratio of totals, paired bootstrap over requests)."""
     import pandas as pd
 
-    from ooospec.bench.intervals import paired_speedup
+    from ooospec.report.intervals import paired_speedup
     from ooospec.progress import progress_bar
 
     verify_s = (lambda n: speed.verify(n) if n else speed.step_s) if speed is not None else (lambda n: 1.0)
@@ -295,7 +283,6 @@ def dev_replay(target_name: str, profile: str, nodes: list[int], shares: bool = 
     """The replay table of ``target_name`` on dev (every `DEFAULT_USES`, the share sweep if
     ``shares``, the late-arrival sweep if ``arrivals``; the first ``limit`` cases only, if given)
     and a sentence saying what it rests on."""
-    from ooospec.bench.reproduce_plan import PLAN_FILE
     from ooospec.bench.plan import find_sidecar_adapter
     from ooospec.paths import artifacts_dir
 

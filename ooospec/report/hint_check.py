@@ -49,8 +49,8 @@ def hint_agreement(records: Iterable[dict[str, Any]], profile: str = "cpu", meth
     output holds a call, the share with a hint ready before the request finished, and, where both
     exist, the hint's function, argument values (share of the target's values) and whole call
     equal to the target's first call."""
-    from ooospec.bench.accuracy import parse_calls
-    from ooospec.bench.outputs import ar_outputs
+    from ooospec.report.accuracy import parse_calls
+    from ooospec.report.ar_accuracy import ar_outputs
 
     records = list(records)
     hints = {(r["target"], r["benchmark"], r["request_id"]): r.get("hint") for r in records if r["method"] == method}

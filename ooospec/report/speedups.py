@@ -1,5 +1,5 @@
 """Speedups over the same work: the ratio of total times over the requests where both methods wrote
-the same output, with n and its paired bootstrap 95% interval (`ooospec.bench.intervals`), beside
+the same output, with n and its paired bootstrap 95% interval (`ooospec.report.intervals`), beside
 the all-requests and per-output-token ratios."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ooospec.bench.tables import KEYS, frame
+from ooospec.report.tables import KEYS, frame
 
 
 PHASE_LABELS = {"decode": "decode", "total": "end to end", "prefill": "prefill"}
@@ -38,7 +38,7 @@ def _phase_speedups(base: pd.Series, new: pd.Series, base_tokens: pd.Series, new
     """The interval columns of one phase: the same-work ratio of totals with its paired interval
     (the statistic the verdict reads), and, over all paired requests, the plain ratio of totals and
     the per-output-token ratio, which show how much the differing outputs move the cell."""
-    from ooospec.bench.intervals import TOO_FEW, paired_speedup
+    from ooospec.report.intervals import TOO_FEW, paired_speedup
 
     kept_base, kept_new = base[same].to_numpy(), new[same].to_numpy()
     if len(kept_base):

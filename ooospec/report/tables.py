@@ -4,7 +4,7 @@ Ratio conventions (every one is "AR time / method time", so larger is faster):
 
 * ``*_speedup``: the mean over requests of the per-request ratio (the paper's convention);
 * ``*_speedup_total``: the ratio of summed times (dominated by long requests);
-* `ooospec.bench.speedups.speedup_intervals` (the verdict's numbers): the ratio of summed times over
+* `ooospec.report.speedups.speedup_intervals` (the verdict's numbers): the ratio of summed times over
   the same work, i.e. the requests where the method wrote exactly the reference's output, with its
   paired interval;
 * ``decode``: the decode phase only (end of prefill to the last token); ``e2e``: end to end
