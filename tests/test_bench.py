@@ -468,6 +468,15 @@ def test_speedup_intervals_and_the_generated_verdict():
     assert list(pivot.columns) == ["OoO-Spec (static) / ToolSpec", "OoO-Spec (elastic) / ToolSpec on both cores",
                                    "OoO-Spec elastic / static"]
     assert pivot.loc[("t", "apibank"), "OoO-Spec elastic / static"] == "1.10x [1.10, 1.10] (n = 12)"
+    # the wave policy beside the same control: its cell says how many requests had a wave
+    for i in range(12):
+        wave = i % 3 != 0
+        records.append(fake("ooospec:wave=policy", f"r{i}", (10.0 + i) / 2.75, (10.0 + i) / 2.75 + 4, hint={
+            "submitted": wave, "schedule": {"schedule": "deferred" if wave else "none", "expected_s": {}, "why": ""}}))
+    claims = Claims.measure(records)
+    assert "OoO-Spec (wave policy) is faster than ToolSpec on both cores, 1.25x [1.25, 1.25]" in verdict(claims)
+    assert "a wave on 8 of 12 requests (deferred 8, none 4))." in verdict(claims)
+    assert "OoO-Spec (wave policy) / ToolSpec on both cores" in claims.pivot("decode").columns
 
 
 def test_speedups_are_over_the_same_work_and_a_near_tie_flip_is_left_out():

@@ -238,3 +238,25 @@ def test_a_bench_run_records_each_requests_schedule_and_its_calibration(tmp_path
     refused = [line for line in capsys.readouterr().out.splitlines() if "refused" in line]
     assert len(refused) == 1 and shown(costs_path("tiny")) in refused[0] and "cores 16 there" in refused[0]
     assert json.loads(costs_path("tiny").read_text())["machine"] == beside["machine"]
+
+
+def test_the_wave_share_table_splits_the_speedup_by_whether_a_wave_ran():
+    from ooospec.report.wave_share import schedule_of, wave_share_table
+
+    def record(method, rid, total, schedule=None, submitted=True, out=(1, 2)):
+        hint = None if method.startswith("toolspec") else {
+            "submitted": submitted, "schedule": None if schedule is None else {"schedule": schedule}}
+        return {"target": "t", "benchmark": "b", "request_id": rid, "method": method, "total_s": total,
+                "decode_s": total / 2, "output_ids": list(out), "hint": hint}
+
+    records = [record("toolspec:both_cores", f"r{i}", 10.0) for i in range(4)]
+    records += [record("ooospec:wave=policy", "r0", 8.0, "prefill"), record("ooospec:wave=policy", "r1", 5.0, "deferred"),
+                record("ooospec:wave=policy", "r2", 10.0, "none", submitted=False),
+                record("ooospec:wave=policy", "r3", 1.0, "deferred", out=(9,))]  # other output: not the same work
+    assert schedule_of(records[0]) is None and schedule_of({"hint": {"submitted": False}}) == "none"
+    assert schedule_of({"hint": {"submitted": True}}) == "prefill"  # a record from before schedules
+    row = wave_share_table(records).iloc[0]
+    assert (row.requests, row.with_wave, row.wave_share) == (4, 3, 0.75)
+    assert row.schedules == "deferred 2, none 1, prefill 1"
+    assert (row.n_wave, row.n_no_wave) == (2, 1)
+    assert row.speedup_wave == pytest.approx(20 / 13) and row.speedup_no_wave == pytest.approx(1.0)

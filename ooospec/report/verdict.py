@@ -21,16 +21,19 @@ import pandas as pd
 
 from ooospec.bench.methods import PAPER_PLACEMENT
 from ooospec.report.speedups import PHASE_LABELS, speedup_intervals
+from ooospec.report.wave_share import wave_share_table
 
 ELASTIC = "ooospec"
 BOTH_CORES_CONTROL = "toolspec:both_cores"
 # the oracle first-call hint, in the placement of the trained method it is set beside
 CEILING_METHOD = "ooospec:oracle:static"
+POLICY = "ooospec:wave=policy"  # elastic OoO-Spec choosing per request when (whether) its wave runs
 # (method, reference, what the ratio is called)
 CLAIMS = {
     "paper": (PAPER_PLACEMENT, "toolspec", "OoO-Spec (static) / ToolSpec"),
     "equal_hardware": (ELASTIC, BOTH_CORES_CONTROL, "OoO-Spec (elastic) / ToolSpec on both cores"),
     "elastic_gain": (ELASTIC, PAPER_PLACEMENT, "OoO-Spec elastic / static"),
+    "policy": (POLICY, BOTH_CORES_CONTROL, "OoO-Spec (wave policy) / ToolSpec on both cores"),
 }
 
 
@@ -43,15 +46,19 @@ class Claims:
     paper: pd.DataFrame  # the paper's placement (and the oracle hint in it) over ToolSpec on one core
     equal_hardware: pd.DataFrame  # elastic OoO-Spec over ToolSpec on both cores
     elastic_gain: pd.DataFrame  # elastic over static OoO-Spec
+    policy: pd.DataFrame  # elastic OoO-Spec with its wave policy over ToolSpec on both cores
+    waves: pd.DataFrame  # per cell and method: the share of requests whose wave ran (`wave_share_table`)
 
     @classmethod
     def measure(cls, records: Iterable[dict[str, Any]], phases: tuple[str, ...] = ("decode", "total")) -> "Claims":
         records = list(records)
-        paper, equal, gain = CLAIMS["paper"], CLAIMS["equal_hardware"], CLAIMS["elastic_gain"]
+        paper, equal, gain, policy = (CLAIMS[k] for k in ("paper", "equal_hardware", "elastic_gain", "policy"))
         return cls(speedup_intervals(records, phases=phases),
                    speedup_intervals(records, reference=paper[1], methods=[paper[0], CEILING_METHOD], phases=phases),
                    speedup_intervals(records, reference=equal[1], methods=[equal[0]], phases=phases),
-                   speedup_intervals(records, reference=gain[1], methods=[gain[0]], phases=phases))
+                   speedup_intervals(records, reference=gain[1], methods=[gain[0]], phases=phases),
+                   speedup_intervals(records, reference=policy[1], methods=[policy[0]], phases=phases),
+                   wave_share_table(records, reference=policy[1]))
 
     def pivot(self, phase: str = "decode") -> pd.DataFrame:
         """One row per target x benchmark, one column per claim: ``1.18x [1.07, 1.27] (n = 28)``."""
@@ -59,6 +66,8 @@ class Claims:
         for name, (method, _, label) in CLAIMS.items():
             rows = getattr(self, name)
             rows = rows[(rows.phase == PHASE_LABELS.get(phase, phase)) & (rows.method == method)]
+            if name == "policy" and rows.empty:  # an optional method: no column where it did not run
+                continue
             columns.append(pd.Series({(r.target, r.benchmark): same_work(r, short=True) for r in rows.itertuples()},
                                      name=label, dtype=object))
         table = pd.concat(columns, axis=1)
@@ -134,6 +143,15 @@ def _compared(rows: pd.DataFrame, subject: str, reference: str, over_ar: pd.Data
     return lines
 
 
+def _wave_share(waves: pd.DataFrame, row: Any) -> str:
+    """``a wave on 21 of 30 requests (prefill 12, deferred 9, none 9)`` for the cell of ``row``."""
+    cell = waves[(waves.target == row.target) & (waves.benchmark == row.benchmark) & (waves.method == row.method)]
+    if cell.empty:
+        return "its waves not recorded"
+    found = cell.iloc[0]
+    return f"a wave on {int(found.with_wave)} of {int(found.requests)} requests ({found.schedules})"
+
+
 def verdict(claims: Claims, phase: str = "decode", machine: str | None = None) -> str:
     """The results in a few sentences, written from the run's own numbers (markdown).
 
@@ -164,6 +182,14 @@ def verdict(claims: Claims, phase: str = "decode", machine: str | None = None) -
     if len(gain):
         lines.append("\nWhat lending the idle core gains, OoO-Spec elastic over static:")
         lines += [f"* {row.target} / {row.benchmark}: {same_work(row)} ({row.verdict})." for row in gain.itertuples()]
+    policy = rows(claims.policy, POLICY)
+    if len(policy):
+        lines.append("\nWith its wave policy (`ooospec:wave=policy`: per request, the wave inside the prefill, after "
+                     "it, or none, whichever this machine's measured costs model as least end to end), against "
+                     "ToolSpec on both cores; a policy that never ran its wave would pass any bar, so each cell says "
+                     "how many requests had one:")
+        lines += [line[:-2] + f"; {_wave_share(claims.waves, row)})." for line, row in
+                  zip(_compared(policy, "OoO-Spec (wave policy)", "ToolSpec on both cores", over_ar), policy.itertuples())]
     oracle = rows(claims.paper, CEILING_METHOD)
     if len(oracle):
         lines.append("\nThe oracle first-call hint (`ooospec:oracle:static`: the target's own first call, re-rendered, "
