@@ -477,6 +477,15 @@ def test_speedup_intervals_and_the_generated_verdict():
     assert "OoO-Spec (wave policy) is faster than ToolSpec on both cores, 1.25x [1.25, 1.25]" in verdict(claims)
     assert "a wave on 8 of 12 requests (deferred 8, none 4))." in verdict(claims)
     assert "OoO-Spec (wave policy) / ToolSpec on both cores" in claims.pivot("decode").columns
+    # the headline a reader scans: one table and three sentences
+    from ooospec.report.verdict import headline_verdict
+
+    head = headline_verdict(claims, machine="fp32 on a test CPU")
+    table, words = head.split("\n\n")
+    assert table.splitlines()[2] == ("| t | apibank | 1.25x [1.25, 1.25] (n = 12) | 1.25x [1.25, 1.25] (n = 12) | "
+                                     "25% (1.25x of 2.00x) |")
+    assert words.startswith("Measured in fp32 on a test CPU; decode phase") and words.count(". ") == 2
+    assert "1 of 1 cells of the paper's comparison and 1 of 1 cells on equal hardware" in words
 
 
 def test_speedups_are_over_the_same_work_and_a_near_tie_flip_is_left_out():
