@@ -14,7 +14,7 @@ from ooospec.studies.machine_calibration import Speed, measure_speed
 from ooospec.models.tiny import tiny_model_and_tokenizer, tiny_target
 
 TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
-NOTEBOOKS = ("02_sidecar", "03_toolspec", "05_bench", "06_ablations", "08_arithmetic")
+NOTEBOOKS = ("02_sidecar", "03_toolspec", "05_bench", "06_ablations", "07_timelines", "08_arithmetic")
 
 
 def speed(target: str, step: float) -> Speed:

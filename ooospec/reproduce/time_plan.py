@@ -201,7 +201,7 @@ def bench_seconds(params: dict[str, Any], speeds: dict[str, Speed], works: dict[
 
 
 # the notebooks whose parameters the estimate reads
-PLANNED_NOTEBOOKS = ("02_sidecar", "03_toolspec", "05_bench", "06_ablations", "08_arithmetic")
+PLANNED_NOTEBOOKS = ("02_sidecar", "03_toolspec", "05_bench", "06_ablations", "07_timelines", "08_arithmetic")
 
 
 def sweep_seconds(methods: list[str], targets: list[str], requests: int, speeds: dict[str, Speed],
@@ -249,6 +249,11 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
         ablation_s += sweep_seconds(wave_gate_methods(), [gate_target], ablation["gate_requests"], speeds, works, mats,
                                     ablation["warmup"])
     n = bench["requests"]
+    # 07 draws the wave schedules side by side: one request of the results bench's first target and
+    # benchmark, each schedule beside ToolSpec on both cores, a run of its own
+    schedules = ["toolspec:both_cores", *params.get("07_timelines", {}).get("schedules", [])]
+    first = {**bench, "targets": bench["targets"][:1], "benchmarks": bench["benchmarks"][:1], "requests": 1, "warmup": 0}
+    timelines_s = bench_seconds(first, speeds, works, mats, schedules) if len(schedules) > 1 else 0.0
     return [
         StageEstimate("00_data", 30.0, "build the splits"),
         StageEstimate("01_teacher", 15.0, "read the committed traces"),
@@ -260,6 +265,7 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
         StageEstimate("06_ablations", ablation_s, f"{len(ablation_methods(ablation['ablations'], ablation['delays']))} "
                       f"methods x n={ablation['requests']}" + (", budget sweep" if ablation["budgets"] else "")
                       + (f", wave gate on {ablation['gate_requests']} dev requests" if ablation.get("gate_requests") else "")),
+        StageEstimate("07_timelines", timelines_s, f"{len(schedules) - 1} wave schedules on one request"),
         StageEstimate("book", BOOK_S, "04, 05, 07 read 03's run; jupyter-book"),
     ]
 
