@@ -54,7 +54,7 @@ def memorized_predictor():
     examples = rows_to_examples(rows, tokenizer, tokenizer.eos_token_id)
     cfg = LoraTrainConfig(lr=1e-2, dropout=0.0, epochs=60, step_completion_tokens=1, warmup_frac=0.0)
     train_lora(model.train(), examples, cfg, tokenizer.pad_token_id)  # all weights trainable: memorize
-    return SlotPredictor(model, tokenizer, max_new_tokens=12, required_values=False), reqs
+    return SlotPredictor(model, tokenizer, max_new_tokens=12, required_values=False, optional_values=False), reqs
 
 
 def test_all_modes_join_the_memorized_call():
@@ -158,7 +158,7 @@ def test_required_slots_are_never_answered_null():
     cfg = LoraTrainConfig(lr=1e-2, dropout=0.0, epochs=60, step_completion_tokens=1, warmup_frac=0.0)
     train_lora(model.train(), examples, cfg, tokenizer.pad_token_id)
     raw = SlotPredictor(model, tokenizer, max_new_tokens=6, required_values=False)
-    filled = SlotPredictor(model, tokenizer, max_new_tokens=6)
+    filled = SlotPredictor(model, tokenizer, max_new_tokens=6, optional_values=False)
     for req in reqs:
         answers = {(r.key.function, r.key.parameter): r.text.strip() for r in raw.predict_wave(req).rows}
         assert answers[("get_weather", "city")] == "null"  # the collapse, memorized
@@ -278,6 +278,13 @@ def test_required_values_has_one_default_the_served_one():
     assert REQUIRED_VALUES is True
     for hop in (SlotPredictor.__init__, SlotPredictor.from_frozen, SlotWavePredictor.__init__, slot_sidecar):
         assert inspect.signature(hop).parameters["required_values"].default is REQUIRED_VALUES, hop
+    from ooospec.sidecar.predictor import OPTIONAL_VALUES
+
+    assert OPTIONAL_VALUES is True  # chosen on the API-disjoint dev
+    for hop in (SlotPredictor.__init__, SlotPredictor.from_frozen, SlotWavePredictor.__init__, slot_sidecar):
+        assert inspect.signature(hop).parameters["optional_values"].default is OPTIONAL_VALUES, hop
+    # the nullable ablation serves the raw answers: optional slots may be null as well
+    assert slot_sidecar("a", required_values=False).options["optional_values"] is False
 
 
 def test_a_calls_prompt_adapter_trains_in_sessions_and_is_served_with_its_own_prompt(tmp_path, monkeypatch):

@@ -9,8 +9,8 @@ The bench and the ablations name every method as a string, so a notebook paramet
 * ``sequential``, ``two_waves``, ``no_prefix_share`` (ooospec): how the sidecar decodes its slots;
 * ``slot``, ``base_only``, ``oracle``, ``gold`` (ooospec): which sidecar answers (default: the
   bench's ``sidecar`` setting);
-* ``nullable`` (ooospec): the trained sidecar may answer null for a slot its schema marks required
-  (by default it may not, see `ooospec.sidecar.predictor.SlotPredictor`);
+* ``nullable`` (ooospec): the trained sidecar's raw answers, null allowed for any slot, required ones
+  included (by default no slot may be null, see `ooospec.sidecar.predictor.SlotPredictor`);
 * ``delay=S`` (ooospec): seconds of latency injected after each wave (the latency sweep);
 * ``own_core``, ``shared_core``, ``in_process`` (ooospec): where the sidecar runs;
 * ``static`` (ooospec): the paper's placement, the sidecar's core its own for the whole request. By

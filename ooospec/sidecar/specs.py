@@ -6,19 +6,22 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ooospec.sidecar.oracle import DiesWhileStarting, FaultyPredictor, OraclePredictor
-from ooospec.sidecar.predictor import REQUIRED_VALUES, SlotWavePredictor
+from ooospec.sidecar.predictor import OPTIONAL_VALUES, REQUIRED_VALUES, SlotWavePredictor
 from ooospec.sidecar.protocol import PredictorSpec
 
 
 def slot_sidecar(adapter_dir: Path | str, profile: str = "cpu", base_only: bool = False,
-                 max_new_tokens: int = 32, required_values: bool = REQUIRED_VALUES) -> PredictorSpec:
+                 max_new_tokens: int = 32, required_values: bool = REQUIRED_VALUES,
+                 optional_values: bool = OPTIONAL_VALUES) -> PredictorSpec:
     """The trained sidecar (or, for the ablation, its base without the adapter).
 
-    ``required_values``: a slot the schema marks required is never answered null (see
-    `SlotPredictor`); off, the sidecar's raw answers (the ``nullable`` ablation)."""
+    ``required_values``: a slot the schema marks required is never answered null; ``optional_values``:
+    nor an optional one (see `SlotPredictor`); ``required_values`` off, the sidecar's raw answers
+    (the ``nullable`` ablation: optional slots may then be null too)."""
     return PredictorSpec(SlotWavePredictor, {"adapter_dir": str(adapter_dir), "profile": profile,
                                              "base_only": base_only, "max_new_tokens": max_new_tokens,
-                                             "required_values": required_values})
+                                             "required_values": required_values,
+                                             "optional_values": optional_values and required_values})
 
 
 def oracle_sidecar(calls: Mapping[str, dict[str, Any]], wave_s: float = 0.0) -> PredictorSpec:

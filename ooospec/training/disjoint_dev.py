@@ -53,8 +53,9 @@ class DecodingChoice:
 
     @property
     def label(self) -> str:
-        """How the book names it: ``served`` (required slots filled), ``raw``, ``+fill`` (every
-        slot filled), ``+copy<margin>``."""
+        """How the book names it: ``served`` (required slots filled: what was served when the
+        API-disjoint dev was made), ``raw``, ``+fill`` (every slot filled: served since that dev chose
+        it, `ooospec.sidecar.predictor.OPTIONAL_VALUES`), ``+copy<margin>``."""
         base = ("served" if self.required_values else "raw") + ("+fill" if self.optional_values else "")
         return base if self.copy_values is None else f"{base}+copy{self.copy_values.margin:g}"
 

@@ -436,7 +436,8 @@ def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None 
     freeze_adapter(model, stage.path("adapter"), record)
     # the dev check runs the adapter as it is served: merged into the base weights
     model = model.merge_and_unload().eval()
-    predictor = SlotPredictor(model, tokenizer, prompt, max_new_tokens=cfg.max_new_tokens, required_values=False)  # as trained
+    predictor = SlotPredictor(model, tokenizer, prompt, max_new_tokens=cfg.max_new_tokens, required_values=False,
+                              optional_values=False)  # as trained
     dev = evaluate_dev(predictor, by_id, selections["dev"], stage.path("dev_predictions.jsonl"))
     dev["completion_nll"] = round(mean_completion_nll(model, dev_examples, tokenizer.pad_token_id, lora), 4)
     wall = round(time.perf_counter() - started, 1)

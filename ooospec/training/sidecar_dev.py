@@ -5,7 +5,8 @@ A dev wave is scored twice: against the Qwen target's own call for the request (
 what greedy verification accepts) and against gold. The waves written when an adapter was trained
 are its raw answers, in the arithmetic it was trained in (fp32 after the merge); the runtime serves
 the same adapter in the profile's arithmetic with schema-required slots never answered null
-(``required_values``, `ooospec.sidecar.predictor.SlotPredictor`). `served_dev_waves` re-runs the
+(``required_values``) and, since the API-disjoint dev chose it, no optional slot either
+(``optional_values``, `ooospec.sidecar.predictor.SlotPredictor`). `served_dev_waves` re-runs the
 same dev requests that way, so the book scores the hint the target actually receives. The case
 tables (`function_cases`, `value_cases`) split each miss against the target by gold: a miss where
 the target departed from gold and the sidecar did not is the target's quirk, not the sidecar's.
@@ -20,6 +21,7 @@ from ooospec.data.request import Call, Request
 from ooospec.models.adapters import read_frozen
 from ooospec.progress import progress_bar
 from ooospec.sidecar.metrics import score_to_dict, score_wave
+from ooospec.sidecar.predictor import OPTIONAL_VALUES
 from ooospec.sidecar.slots import CALLS_DIALOGUE, SlotPromptConfig, compact_json, dialogue_coverage
 from ooospec.training.slot_rows import calls_from_gold
 from ooospec.stage import Stage, append_jsonl, done_ids, read_jsonl
@@ -29,8 +31,11 @@ from ooospec.training.sidecar import SidecarConfig, find_finished, load_requests
 if TYPE_CHECKING:  # annotations only: pandas is imported where a frame is built
     import pandas as pd
 
-AS_TRAINED, AS_SERVED = "as trained (raw answers)", "as served (required slots filled)"
-SERVED_WAVES_FILE = "dev_predictions_served-{profile}.jsonl"
+AS_TRAINED = "as trained (raw answers)"
+AS_SERVED = "as served (every slot filled)" if OPTIONAL_VALUES else "as served (required slots filled)"
+# the committed served waves beside an adapter: required slots filled (before optional slots were)
+# or every slot filled
+SERVED_WAVES_FILE = "dev_predictions_served-fill-{profile}.jsonl" if OPTIONAL_VALUES else "dev_predictions_served-{profile}.jsonl"
 
 
 def stored_dev_waves(adapter_dir: Path) -> list[dict[str, Any]]:
@@ -42,8 +47,8 @@ def stored_dev_waves(adapter_dir: Path) -> list[dict[str, Any]]:
 
 
 def served_dev_waves(adapter_dir: Path, profile: str = "cpu") -> list[dict[str, Any]]:
-    """The adapter's dev waves as the runtime serves it: the profile's sidecar arithmetic and
-    ``required_values=True`` (the bench's setting), on the same dev requests as its trained waves.
+    """The adapter's dev waves as the runtime serves it: the profile's sidecar arithmetic,
+    ``required_values`` and ``optional_values`` as served, on the same dev requests as its trained waves.
 
     A committed copy next to the adapter is used when present (``make reproduce`` then runs no
     sidecar here); otherwise the waves are computed into a stage keyed by the adapter's hash and
@@ -55,7 +60,8 @@ def served_dev_waves(adapter_dir: Path, profile: str = "cpu") -> list[dict[str, 
     if committed.exists():
         return list(read_jsonl(committed))
     stage = Stage("sidecar-served-dev", {"adapter_sha256": read_frozen(adapter_dir)["sha256"], "profile": profile,
-                                         "required_values": True})
+                                         "required_values": True,
+                                         **({"optional_values": True} if OPTIONAL_VALUES else {})})
     out = stage.path(SERVED_WAVES_FILE.format(profile=profile))
     if not stage.done:
         trained = stored_dev_waves(adapter_dir)
