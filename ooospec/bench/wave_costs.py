@@ -32,16 +32,17 @@ from ooospec.paths import artifact_path, shown
 # what must match for a calibration to be used: the arithmetic and the machine it ran on
 MACHINE_FIELDS = ("dtype", "device", "cpu", "cpu_capability", "bf16_kernels", "cores", "kernels")
 ROUND_REPEATS = 5
-WAVE_REQUESTS = 4  # dev requests whose waves are timed (the fit's points)
+WAVE_REQUESTS = 4  # requests whose waves are timed (the fit's points): the run's first, as for the tree budget; timing only
 # The model's dev constants, from the hint replay on the 60 dev requests with a committed teacher
 # trace and a served wave (`python -m ooospec.studies.hint_replay --nodes 16 --arrivals`, Qwen target,
-# sidecar-cpu-kall-pass2; counts, not seconds, so they hold on any machine): ToolSpec 625 verify
-# rounds (R = 10.4 a request); OoO-Spec's hint arriving after 0 / 1 / 2 / 4 / 8 rounds: 441 / 453 /
-# 481 / 539 / 590 rounds (G(k) = 3.07 / 2.87 / 2.40 / 1.43 / 0.58). A replay needs the target's own
-# greedy outputs, which only the teacher (Qwen) has committed: the SmolLM2 target uses Qwen's.
+# sidecar-cpu-kall-pass2 as served, every slot filled; counts, not seconds, so they hold on any
+# machine): ToolSpec 625 verify rounds (R = 10.4 a request); OoO-Spec's hint arriving after 0 / 1 / 2 /
+# 4 / 8 rounds: 419 / 434 / 457 / 519 / 578 rounds (G(k) = 3.43 / 3.18 / 2.80 / 1.77 / 0.78). A replay
+# needs the target's own greedy outputs, which only the teacher (Qwen) has committed: the SmolLM2
+# target uses Qwen's.
 DEV_ROUNDS = 625 / 60
 DEV_HINT_SAVED = tuple((k, round((625 - forwards) / 60, 2))
-                       for k, forwards in ((0, 441), (1, 453), (2, 481), (4, 539), (8, 590)))
+                       for k, forwards in ((0, 419), (1, 434), (2, 457), (4, 519), (8, 578)))
 
 
 def machine_of(arithmetic: dict[str, Any]) -> dict[str, Any]:
