@@ -130,3 +130,18 @@ def test_unavailable_placement_falls_back_with_one_line(capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "no CUDA device" in err[0] and "no native bf16 kernels" in err[1]
     assert loading.runtime_placement(spec) == ("float32", "cpu") and not capsys.readouterr().err  # said once
+
+
+def test_the_machine_names_bf16_instructions_only_where_the_cpu_has_them():
+    """oneDNN runs bf16 on an AVX512 CPU without bf16 instructions; records say which it was, and
+    records from before the flag was kept read as they always did."""
+    from ooospec.models.arithmetic import Arithmetic
+
+    base = dict(dtype="bfloat16", requested="bfloat16", device="cpu", cpu="Xeon", cpu_capability="AVX512",
+                bf16_kernels=True, cores=2, torch="2.13.0")
+    assert Arithmetic(**base, bf16_flag="avx512_bf16").machine() == "a 2-core avx512_bf16 CPU (Xeon)"
+    assert Arithmetic(**base, bf16_flag="none").machine() == (
+        "a 2-core AVX512 CPU (Xeon; bf16 in oneDNN's avx512_core kernels, without bf16 instructions)")
+    assert Arithmetic.from_dict(base).machine() == "a 2-core avx512_bf16 CPU (Xeon)"  # an older record
+    fp32 = {**base, "dtype": "float32", "cpu_capability": "AVX2", "bf16_kernels": False}
+    assert Arithmetic(**fp32, bf16_flag="none").machine() == "a 2-core AVX2 CPU (Xeon)"

@@ -30,7 +30,7 @@ from ooospec.decoding.wave_policy import WaveCosts
 from ooospec.paths import artifact_path, shown
 
 # what must match for a calibration to be used: the arithmetic and the machine it ran on
-MACHINE_FIELDS = ("dtype", "device", "cpu", "cpu_capability", "bf16_kernels", "cores", "kernels")
+MACHINE_FIELDS = ("dtype", "device", "cpu", "cpu_capability", "bf16_kernels", "bf16_flag", "cores", "kernels")
 ROUND_REPEATS = 5
 WAVE_REQUESTS = 4  # requests whose waves are timed (the fit's points): the run's first, as for the tree budget; timing only
 # The model's dev constants, from the hint replay on the 60 dev requests with a committed teacher
@@ -90,10 +90,13 @@ def usable(path: Path, target: str, machine: dict[str, Any]) -> tuple[Calibratio
 
 
 def _round_seconds(verifier: TreeVerifier, prompt: list[int], nodes: int, repeats: int,
-                   busy: Any = None) -> list[float]:
+                   busy: Any = None, after_prefill: Any = None) -> list[float]:
     """Verify forwards of a ``nodes``-node tree after ``prompt``; with ``busy`` (a callable that
-    says whether the sidecar still computes) only those taken while it does."""
+    says whether the sidecar still computes) only those taken while it does. ``after_prefill`` runs
+    once the prompt is in (where the wave is submitted, so that it runs beside the rounds)."""
     state, _ = verifier.prefill(prompt)
+    if after_prefill is not None:
+        after_prefill()
     vocab = verifier.config.get_text_config().vocab_size
     tree = build_tree(random_tree_drafts(nodes, vocab, random.Random(0)), TreeBudget(nodes, nodes))
     times = []
@@ -131,8 +134,8 @@ def measure(target: Any, verifier: TreeVerifier, service: Any, requests: list[Re
         result = ticket.wait()
         waves.append((len(prompt), time.monotonic() - started if result.error is None else None))
     with placed(own, threads):
-        service.submit(requests[0])
-        beside = _round_seconds(verifier, middle, nodes, 50, busy=lambda: not service.idle)
+        beside = _round_seconds(verifier, middle, nodes, 50, busy=lambda: not service.idle,
+                                after_prefill=lambda: service.submit(requests[0]))
     service.wait_idle()
     contention = max(1.0, statistics.median(beside) / rounds[1]) if beside else 1.0
     base, per = _fit([(n, s) for n, s in waves if s is not None])
@@ -157,8 +160,10 @@ def _fit(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 
 def _short(machine: dict[str, Any]) -> str:
-    kernels = "avx512_bf16" if machine.get("bf16_kernels") else machine.get("cpu_capability")
-    return f"{machine.get('cores')}-core {kernels} {machine.get('dtype')}"
+    from ooospec.models.arithmetic import Arithmetic
+
+    label = Arithmetic.from_dict({"requested": machine.get("dtype"), "torch": "", **machine}).kernels_label()
+    return f"{machine.get('cores')}-core {label}, {machine.get('dtype')}"
 
 
 def wave_costs(target: Any, verifier: TreeVerifier, service: Any, requests: list[Request], nodes: int,

@@ -62,6 +62,18 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def cpu_bf16_flag() -> str:
+    """The CPU's own bf16 instruction flag (``amx_bf16`` or ``avx512_bf16``, from ``/proc/cpuinfo``),
+    or ``none``. oneDNN reports bf16 support on an AVX512 CPU without either (its avx512_core kernels
+    convert in software), so that report alone does not say the CPU computes bf16 natively."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
+    except OSError:
+        return "unknown"
+    return next((flag for flag in ("amx_bf16", "avx512_bf16") if flag in flags), "none")
+
+
 def cpu_capability() -> str:
     """torch's CPU kernel level (``AVX2``, ``AVX512``, ...)."""
     import torch
@@ -85,6 +97,7 @@ class Arithmetic:
     cores: int
     torch: str
     kernels: str | None = None  # a kernel choice beyond torch's defaults (`ooospec.models.packed_linear`)
+    bf16_flag: str = "unrecorded"  # the CPU's bf16 instructions (`cpu_bf16_flag`); older records lack it
 
     @property
     def short(self) -> str:
@@ -102,8 +115,19 @@ class Arithmetic:
         """``a 2-core AVX2 CPU (AMD EPYC)``, or the CUDA device."""
         if self.device.startswith("cuda"):
             return f"a CUDA device ({self.device})"
-        kernels = "avx512_bf16" if self.bf16_kernels else self.cpu_capability
-        return f"a {self.cores}-core {kernels} CPU ({self.cpu})"
+        emulated = self.bf16_kernels and self.bf16_flag == "none"
+        note = "; bf16 in oneDNN's avx512_core kernels, without bf16 instructions" if emulated else ""
+        return f"a {self.cores}-core {self.kernels_label()} CPU ({self.cpu}{note})"
+
+    def kernels_label(self) -> str:
+        """``avx512_bf16`` / ``amx_bf16`` where the CPU has bf16 instructions, else its capability
+        (``AVX512``, ``AVX2``; `machine` then says when oneDNN still runs bf16). Records from before
+        the flag was kept say ``avx512_bf16`` for any CPU that oneDNN ran bf16 on."""
+        if not self.bf16_kernels:
+            return self.cpu_capability
+        if self.bf16_flag in ("amx_bf16", "avx512_bf16"):
+            return self.bf16_flag
+        return self.cpu_capability if self.bf16_flag in ("none", "unknown") else "avx512_bf16"
 
     def sentence(self) -> str:
         """``fp32 on a 2-core AVX2 CPU (AMD EPYC; the profile asks bf16, this CPU has no bf16 kernels)``."""
@@ -162,7 +186,7 @@ def _on_this_machine(dtype: str, requested: str, device: str) -> Arithmetic:
 
     return Arithmetic(dtype=dtype, requested=requested, device=device, cpu=cpu_model(),
                       cpu_capability=cpu_capability(), bf16_kernels=bf16_supported_on_cpu(),
-                      cores=os.cpu_count() or 1, torch=torch.__version__)
+                      cores=os.cpu_count() or 1, torch=torch.__version__, bf16_flag=cpu_bf16_flag())
 
 
 def sentences(arithmetics: Any) -> str:
