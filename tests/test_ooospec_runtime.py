@@ -18,9 +18,8 @@ from ooospec.decoding.base import DecodeContext, EventTrace
 from ooospec.studies.hint_replay import StoredHints
 from ooospec.decoding.hint import HintBank, align_hint, check_payload
 from ooospec.decoding.loop import decode
-from ooospec.models.tiny import tiny_causal_lm, tiny_target
+from ooospec.models.tiny import FixedText, tiny_target
 from ooospec.decoding.tree import TreeBudget
-from ooospec.models.surface import SurfaceFormat
 from ooospec.sidecar.service import SidecarService
 from ooospec.sidecar.specs import faulty_sidecar, oracle_sidecar
 
@@ -57,38 +56,6 @@ def test_payload_checks_name_the_problem_and_keep_the_rest():
     checked = check_payload('[{"name":"nope","arguments":{}},{"name":"get_weather","arguments":{"city":"Oslo"}}]',
                             request)
     assert checked.calls == [Call("get_weather", {"city": "Oslo"})] and checked.dropped == ["unknown function 'nope'"]
-
-
-class FixedText(SurfaceFormat):
-    """A surface whose rendering of any call is a fixed text (here: the AR output)."""
-
-    name = "fixed_text"
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def render(self, calls):
-        return self.text
-
-    def parse(self, text):
-        return []
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    from ooospec.models.loading import checkpoint_location
-    from ooospec.models.registry import load_profile
-
-    location, kwargs = checkpoint_location(load_profile("cpu").model("smollm2-135m-instruct"))
-    return AutoTokenizer.from_pretrained(location, **kwargs)
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer):
-    torch.manual_seed(0)
-    return tiny_causal_lm("llama", seed=3, vocab_size=len(tokenizer), hidden=64)
 
 
 def _ctx(request, tokenizer, surface):

@@ -22,8 +22,7 @@ from ooospec.decoding.loop import decode
 from ooospec.decoding.out_of_order import ooospec_sources
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.wave_policy import SCHEDULES, WaveCosts, WaveDecision, WavePolicy, expected_seconds
-from ooospec.models.surface import SurfaceFormat
-from ooospec.models.tiny import tiny_causal_lm, tiny_target
+from ooospec.models.tiny import FixedText, tiny_target
 from ooospec.sidecar.service import SidecarService
 from ooospec.sidecar.specs import oracle_sidecar
 
@@ -38,38 +37,6 @@ def costs(**changes) -> WaveCosts:
                 round_s=0.28, round_2t_s=0.2, wave_base_s=1.0, wave_token_s=0.001, contention=1.1,
                 rounds=12.0, hint_saved=((0.0, 3.0),))
     return WaveCosts(**{**base, **changes})
-
-
-class AnyText(SurfaceFormat):
-    """A surface rendering every call as the text the target writes (so the hint is its output)."""
-
-    name = "any_text"
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def render(self, calls):
-        return self.text
-
-    def parse(self, text):
-        return []
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    from ooospec.models.loading import checkpoint_location
-    from ooospec.models.registry import load_profile
-
-    location, kwargs = checkpoint_location(load_profile("cpu").model("smollm2-135m-instruct"))
-    return AutoTokenizer.from_pretrained(location, **kwargs)
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer):
-    torch.manual_seed(0)
-    return tiny_causal_lm("llama", seed=3, vocab_size=len(tokenizer), hidden=64)
 
 
 def _request(rid: str = "r1") -> Request:
@@ -144,7 +111,7 @@ def test_a_deferred_wave_is_submitted_after_a_wide_prefill_and_the_output_stays_
     torch.set_num_threads(1)
     try:
         ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=24)
-        surface = AnyText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
+        surface = FixedText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
         with SidecarService(oracle_sidecar({request.id: CALL}, wave_s=0.2), placement="thread") as service:
             bank, toolspec = ooospec_sources(service, schedule="deferred", every_wave=True)
             elastic = ElasticCores(service, CorePlan(None, None), threads=1)
@@ -167,7 +134,7 @@ def test_a_deferred_wave_is_submitted_after_a_wide_prefill_and_the_output_stays_
 def test_every_schedule_writes_ar_and_says_which_ran(tiny, tokenizer, schedule):
     request = _request()
     ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=24)
-    surface = AnyText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
+    surface = FixedText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
     with SidecarService(oracle_sidecar({request.id: CALL}), placement="thread") as service:
         bank, toolspec = ooospec_sources(service, schedule=schedule, every_wave=True)
         out = decode(tiny_target(tiny, tokenizer), [bank, toolspec], _ctx(request, tokenizer, surface), 24,
@@ -183,7 +150,7 @@ def test_every_schedule_writes_ar_and_says_which_ran(tiny, tokenizer, schedule):
 def test_the_policy_chooses_per_request_and_the_record_says_why(tiny, tokenizer):
     request = _request()
     ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=16)
-    surface = AnyText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
+    surface = FixedText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
     expensive = costs(wave_base_s=100.0)  # a wave that can never pay: the policy runs none
     with SidecarService(oracle_sidecar({request.id: CALL}), placement="thread") as service:
         for wave_costs, expected in ((expensive, "none"), (costs(wave_base_s=0.0, wave_token_s=0.0), "prefill")):

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen3Config
 
+from ooospec.models.surface import SurfaceFormat
+
 ARCHITECTURES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
 
 TINY_EOS = "<|eos|>"
@@ -168,3 +170,19 @@ def tiny_tool_target(call: dict[str, Any] | None = None, seed: int = 0) -> Any:
     model = scripted_llama(script, tokenizer.eos_token_id, len(tokenizer), seed=seed)
     return TargetModel("tiny-tool", model, tokenizer, surface, [tokenizer.eos_token_id],
                        prompt_style="system_tools_json")
+
+
+class FixedText(SurfaceFormat):
+    """A surface format whose rendering of any call is one fixed text (for the hint tests: the AR
+    output of a tiny model, so the hint is exactly what the target writes) and which parses nothing."""
+
+    name = "fixed_text"
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def render(self, calls: Any) -> str:
+        return self.text
+
+    def parse(self, text: str) -> list:
+        return []
