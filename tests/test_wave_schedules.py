@@ -227,3 +227,8 @@ def test_the_wave_share_table_splits_the_speedup_by_whether_a_wave_ran():
     assert row.schedules == "deferred 2, none 1, prefill 1"
     assert (row.n_wave, row.n_no_wave) == (2, 1)
     assert row.speedup_wave == pytest.approx(20 / 13) and row.speedup_no_wave == pytest.approx(1.0)
+    from ooospec.report.wave_share import wave_share_compact
+
+    compact = wave_share_compact(wave_share_table(records))
+    assert list(compact.columns) == ["with a wave", "x control, with a wave", "x control, without"]
+    assert compact.iloc[0].tolist() == ["3 of 4", "1.54x [1.25, 2.00] (n 2)", "1.00x [1.00, 1.00] (n 1)"]
