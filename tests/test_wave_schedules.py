@@ -230,5 +230,6 @@ def test_the_wave_share_table_splits_the_speedup_by_whether_a_wave_ran():
     from ooospec.report.wave_share import wave_share_compact
 
     compact = wave_share_compact(wave_share_table(records))
-    assert list(compact.columns) == ["with a wave", "x control, with a wave", "x control, without"]
+    assert list(compact.columns) == ["wave ran", "with a wave", "without"]
+    assert compact.index[0] == ("t", "b", "wave=policy")
     assert compact.iloc[0].tolist() == ["3 of 4", "1.54x [1.25, 2.00] (n 2)", "1.00x [1.00, 1.00] (n 1)"]
