@@ -6,10 +6,10 @@ ToolSpec with its paired bootstrap 95% interval, tokens per verify forward (MAT)
 many speculative decodes wrote exactly AR's tokens. OoO-Spec is compared in the paper's placement
 (``ooospec:static`` against ``toolspec``, each target on one core) where the records have it.
 
-``python -m ooospec.report.headline RECORDS`` prints it (RECORDS: a records ``.jsonl``, or a bench
-stage directory, whose ``slices/*/*.jsonl`` are read); ``--readme`` rewrites the table between the
-README's headline markers from the records the opening marker names, which tests/test_readme.py
-checks against the records.
+``python -m ooospec.report.headline RECORDS`` prints it (RECORDS: a records ``.jsonl``, the canonical
+run's directory, or a bench stage directory, whose ``slices/*/*.jsonl`` are read); ``--readme``
+rewrites the table between the README's headline markers from the records the opening marker
+names, which tests/test_readme.py checks against the records.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from ooospec.report.canonical import MANIFEST, load_canonical
 from ooospec.report.speedups import speedup_intervals
 from ooospec.report.tables import method_table
 
@@ -56,7 +57,10 @@ class Headline:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Bench records from a ``.jsonl`` file, or from every slice of a bench stage directory."""
+    """Bench records from a ``.jsonl`` file, the committed canonical run (its directory, every file
+    checked against the manifest: `ooospec.report.canonical`), or every slice of a bench stage."""
+    if (path / MANIFEST).exists():
+        return load_canonical(path).records  # type: ignore[union-attr]
     files = [path] if path.is_file() else sorted(path.glob("slices/*/*.jsonl"))
     if not files:
         raise FileNotFoundError(f"{path}: no records (a records .jsonl, or a bench stage with slices/)")
