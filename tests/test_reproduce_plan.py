@@ -9,7 +9,8 @@ import yaml
 
 from ooospec.bench.methods import MethodSpec
 from ooospec.bench.config import notebook_parameters
-from ooospec.reproduce.time_plan import Work, audit_work, make_plan, method_seconds, slice_seconds, write_plan
+from ooospec.reproduce.time_plan import (Work, audit_work, bench_cells, bench_seconds, estimate, make_plan, makespan,
+                                         method_seconds, slice_seconds, write_plan)
 from ooospec.studies.machine_calibration import Speed, measure_speed
 from ooospec.models.tiny import tiny_model_and_tokenizer, tiny_target
 
@@ -31,8 +32,9 @@ def params() -> dict[str, dict]:
     return {nb: notebook_parameters(nb) for nb in NOTEBOOKS}
 
 
-def plan_for(step: float, minutes: float | None = 90):
-    return make_plan(minutes, {t: speed(t, step) for t in TARGETS}, works(), {}, "fp32 on a test machine", params())
+def plan_for(step: float, minutes: float | None = 90, cores: int = 2):
+    return make_plan(minutes, {t: speed(t, step) for t in TARGETS}, works(), {}, "fp32 on a test machine", params(),
+                     cores=cores)
 
 
 def test_the_committed_audit_gives_work_per_benchmark_within_the_cap():
@@ -87,6 +89,88 @@ def test_a_slow_machine_gets_stated_reductions_in_order_until_it_fits():
     assert "fp32 on a test machine" in note and "PLD" in note and f"{plan.full_minutes:.0f} min" in note
 
 
+def test_the_makespan_puts_the_longest_cells_first_onto_the_freest_slot():
+    assert makespan([3.0, 1.0, 2.0], 1) == 6.0  # one slot: one after another
+    assert makespan([3.0, 3.0, 2.0, 2.0, 2.0], 2) == 7.0  # LPT (3+2+2 | 3+2), not the best 6 (3+3 | 2+2+2)
+    assert makespan([5.0, 1.0, 1.0], 8) == 5.0  # more slots than cells: the longest cell
+    assert makespan([], 4) == 0.0
+
+
+def test_two_cores_plan_as_before_and_write_no_executor(tmp_path):
+    """The sum of the cells, one after another, and the parameter files of a 2-core plan."""
+    plan = plan_for(0.1)
+    assert plan.cores == 2 and not plan.parallel
+    assert all("executor" not in values and "executor" not in values.get("bench", {}) for values in plan.overrides.values())
+    speeds = {t: speed(t, 0.1) for t in TARGETS}
+    chosen = {nb: {**values, **plan.overrides.get(nb, {})} for nb, values in params().items()}
+    bench = chosen["05_bench"]
+    assert bench_seconds(bench, speeds, works(), {}) == sum(bench_cells(bench, speeds, works(), {}))
+    assert [s.seconds for s in plan.planned[1:]] == [s.seconds for s in estimate(chosen, speeds, works(), {})]
+    assert "Ray" not in plan.note()
+    full = plan_for(0.005)
+    assert not full.overrides and full.to_dict()["note"] == ""
+
+
+def test_eight_cores_run_the_bench_cells_as_ray_tasks_four_at_once(tmp_path):
+    speeds = {t: speed(t, 0.1) for t in TARGETS}
+    two, eight = plan_for(0.1, minutes=None), plan_for(0.1, minutes=None, cores=8)
+    assert eight.parallel and eight.slots == 4
+    stage = lambda plan, name: next(s.seconds for s in plan.full if s.stage == name)  # noqa: E731
+    bench, ablation = params()["05_bench"], params()["06_ablations"]
+    cells = bench_cells(bench, speeds, works(), {})
+    assert len(cells) == 6
+    bench_two = stage(two, "03_toolspec") - sum(cells)  # the verify-cost curve, the same on any core count
+    assert stage(eight, "03_toolspec") == pytest.approx(bench_two + makespan(cells, 4))
+    assert makespan(cells, 4) < sum(cells)
+    assert stage(eight, "06_ablations") <= stage(two, "06_ablations")
+    for name in ("02_sidecar", "07_timelines", "08_arithmetic"):  # not bench cells: as on two cores
+        assert stage(eight, name) == stage(two, name)
+    assert eight.full_minutes < two.full_minutes
+
+    write_plan(eight, tmp_path)
+    for notebook in ("05_bench", "06_ablations"):
+        assert yaml.safe_load((tmp_path / f"{notebook}.yaml").read_text())["executor"] == "ray"
+    assert yaml.safe_load((tmp_path / "03_toolspec.yaml").read_text())["bench"] == {"executor": "ray"}  # 03 decodes 05's run
+    assert not eight.reasons and "local Ray tasks (4 at once" in eight.note()
+    assert json.loads((tmp_path / "plan.json").read_text())["note"] == eight.note()
+
+
+def test_the_plan_prints_its_total_for_two_eight_and_sixteen_cores():
+    for plan in (plan_for(0.1), plan_for(0.1, cores=8), plan_for(0.1, minutes=None, cores=16)):
+        assert [c.cores for c in plan.by_cores] == [2, 8, 16]
+        fulls = [c.full_minutes for c in plan.by_cores]
+        planned = [c.planned_minutes for c in plan.by_cores]
+        assert fulls == sorted(fulls, reverse=True)
+        # the planned totals need not fall: more cores may leave more of the plan within the budget
+        assert all(p <= f and (not plan.minutes or p <= plan.minutes) for p, f in zip(planned, fulls))
+        line = next(ln for ln in plan.lines() if ln.startswith("  cores: "))
+        assert line.startswith(f"  cores: 2 -> {fulls[0]:.0f} min, 8 -> {fulls[1]:.0f} min, 16 -> {fulls[2]:.0f} min")
+        assert "local Ray tasks" in line
+        assert plan.to_dict()["by_cores"][1]["cores"] == 8
+    assert plan_for(0.1).by_cores[0].full_minutes == plan_for(0.1).full_minutes  # the 2-core entry is the plan itself
+
+
+def test_more_cores_reduce_their_own_estimate_less():
+    """The reductions apply to the parallel estimate: eight cores cut no more than two do."""
+    two, eight = plan_for(0.1), plan_for(0.1, cores=8)
+    assert two.reasons and len(eight.reasons) <= len(two.reasons)
+    assert eight.reasons == two.reasons[:len(eight.reasons)] or eight.reasons[-1].startswith("n = ")
+    assert eight.overrides["05_bench"]["executor"] == "ray" and eight.overrides["06_ablations"]["executor"] == "ray"
+    assert "reduced" not in " ".join(ln for ln in eight.lines() if "Ray" in ln and ln.startswith("  parallel"))
+
+
+def test_a_cores_what_if_prints_and_leaves_the_plan_files_alone(tmp_path, monkeypatch, capsys):
+    import ooospec.reproduce.time_plan as time_plan
+
+    monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path / "artifacts"))
+    monkeypatch.setattr(time_plan, "calibrate", lambda target, profile: speed(target, 0.1))
+    assert time_plan.main(["--cores", "16", "--minutes", "0"]) == 0
+    assert "reproduce plan on" in capsys.readouterr().out
+    assert not (tmp_path / "artifacts" / "reproduce-plan").exists()
+    assert time_plan.main(["--cores", "8", "--out", str(tmp_path / "what-if")]) == 0
+    assert yaml.safe_load((tmp_path / "what-if" / "06_ablations.yaml").read_text())["executor"] == "ray"
+
+
 def test_a_hopeless_machine_runs_the_least_plan_and_says_it_does_not_fit():
     plan = plan_for(2.0)
     assert not plan.fits
@@ -94,8 +178,9 @@ def test_a_hopeless_machine_runs_the_least_plan_and_says_it_does_not_fit():
     assert any("still over" in line for line in plan.lines())
 
 
-def test_the_plan_files_are_parameters_the_notebooks_have(tmp_path):
-    plan = plan_for(0.5)
+@pytest.mark.parametrize("cores", [2, 8])
+def test_the_plan_files_are_parameters_the_notebooks_have(tmp_path, cores):
+    plan = plan_for(0.5, cores=cores)
     write_plan(plan, tmp_path)
     written = sorted(p.stem for p in tmp_path.glob("*.yaml"))
     assert written == sorted(plan.overrides)

@@ -19,14 +19,26 @@ in a fixed order, each with its reason, until it fits:
 
 If even that is over the budget, the plan says so and runs anyway: nothing else is cut silently.
 
+**More cores.** A bench cell (one target x benchmark slice) holds two cores, its target's and its
+sidecar's, and nothing is shared between cells, so on a machine with ``cores // 2`` > 1 slots the
+plan sets ``executor: ray`` for the results bench (decoded in 03, read by 04-07) and the ablations
+bench (06): their missing cells run first as local Ray tasks, two cores each, with the sweep's
+placement, core locks and failure handling (`ooospec.reproduce.ray_sweep`), and give the sequential
+run's records. Those two stages are then estimated per cell and their wall time is the makespan of
+the cells scheduled longest-first onto the slots; the rest of the plan (the studies, the dev
+sweeps, 07's one request) runs as on two cores, and the reductions apply to this estimate. The
+plan also prints the full (and the planned) total for 2, 8 and 16 cores. On two cores (or three:
+one slot) nothing changes. ``--cores N`` plans for N cores as a what-if.
+
 The plan is written as papermill parameter files, one per notebook, and every chapter that runs
-under a reduced plan prints its reasons (the ``plan`` parameter). A user's own ``papermill`` run
+under a reduced or parallel plan prints its note (the ``plan`` parameter). A user's own ``papermill`` run
 takes the notebook's defaults; ``make reproduce MINUTES=0`` runs the full plan whatever it costs.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -50,6 +62,10 @@ BOOK_S = 150.0  # jupyter-book build of every chapter
 LOAD_S = 15.0  # a target load, a sidecar start, the budget choice: per slice
 REPLAY_CASES = 60  # dev requests with a committed teacher trace and a served sidecar wave
 REPLAY_REQUEST_S = 0.08  # one request replayed by one hint use (AVX2 machine: 60 x 26 replays in 126 s)
+CELL_CORES = 2  # a bench cell's target core and its sidecar's (ray_sweep.Cell.cpus at the notebooks' threads = 1)
+WHAT_IF_CORES = (2, 8, 16)  # the core counts every plan also prints its total for
+# the notebooks with an ``executor`` parameter; 03 decodes 05's run and takes it through ``bench``
+RAY_NOTEBOOKS = ("05_bench", "06_ablations")
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,15 @@ class StageEstimate:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class CoresEstimate:
+    """The plan's total on a machine with ``cores`` cores: the full plan and the one the budget leaves."""
+
+    cores: int
+    full_minutes: float
+    planned_minutes: float
+
+
 @dataclass
 class ReproducePlan:
     """What `make reproduce` runs on this machine, why, and how long it is expected to take."""
@@ -80,6 +105,17 @@ class ReproducePlan:
     overrides: dict[str, dict[str, Any]]  # notebook -> papermill parameters
     reasons: list[str] = field(default_factory=list)
     fits: bool = True
+    cores: int = CELL_CORES  # the cores planned for (this process's, or the CLI's what-if)
+    by_cores: list[CoresEstimate] = field(default_factory=list)
+
+    @property
+    def slots(self) -> int:
+        return cell_slots(self.cores)
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the bench cells run as local Ray tasks (more than one slot)."""
+        return self.slots > 1
 
     @property
     def full_minutes(self) -> float:
@@ -91,12 +127,26 @@ class ReproducePlan:
 
     def note(self) -> str:
         """The sentence a chapter prints when it runs under this plan."""
-        head = (f"`make reproduce` plan for {self.arithmetic}: the full plan was estimated at "
-                f"{self.full_minutes:.0f} min, over the {self.minutes:.0f}-minute budget, so: ")
+        parallel = (f" on {self.cores} cores, the bench cells as local Ray tasks ({self.slots} at once, "
+                    f"{CELL_CORES} cores each)" if self.parallel else "")
+        head = f"`make reproduce` plan for {self.arithmetic}{parallel}: "
+        if not self.reasons:
+            return head + f"the full plan, estimated at {self.full_minutes:.0f} min."
+        head += (f"the full plan was estimated at {self.full_minutes:.0f} min, over the {self.minutes:.0f}-minute "
+                 "budget, so: ")
         return head + "; ".join(self.reasons) + f" (estimate now {self.planned_minutes:.0f} min)."
 
+    def cores_line(self) -> str:
+        """The totals for `WHAT_IF_CORES`, on one line: what more cores would buy."""
+        full = ", ".join(f"{c.cores} -> {c.full_minutes:.0f} min" for c in self.by_cores)
+        line = f"  cores: {full} (full plan; cells as local Ray tasks, {CELL_CORES} cores each)"
+        if any(round(c.planned_minutes) != round(c.full_minutes) for c in self.by_cores):
+            line += f"; planned within {self.minutes:.0f} min: " + ", ".join(
+                f"{c.cores} -> {c.planned_minutes:.0f}" for c in self.by_cores)
+        return line
+
     def lines(self) -> list[str]:
-        rows = [f"reproduce plan on {self.arithmetic}"]
+        rows = [f"reproduce plan on {self.arithmetic}, for {self.cores} cores"]
         for speed in self.speeds:
             rows.append(f"  {speed.target}: step {speed.step_s * 1e3:.0f} ms, verify@{speed.nodes} "
                         f"{speed.verify() / speed.step_s:.1f}x, prefill {speed.prefill_token_s * 1e3:.1f} ms/token "
@@ -108,13 +158,19 @@ class ReproducePlan:
             rows.append(f"  {stage.stage:<14} {stage.seconds / 60:6.1f} min{changed}  {stage.detail}")
         rows.append(f"  {'total':<14} {self.planned_minutes:6.1f} min (full plan {self.full_minutes:.1f} min"
                     + (f", budget {self.minutes:.0f} min)" if self.minutes else ", no budget)"))
+        if self.parallel:
+            rows.append(f"  parallel: the bench cells of 03 (05's run) and 06 as local Ray tasks, {self.slots} at "
+                        f"once, {CELL_CORES} cores each")
+        if self.by_cores:
+            rows.append(self.cores_line())
         rows += [f"  reduced: {r}" for r in self.reasons]
         if not self.fits:
             rows.append(f"  the least plan is still over {self.minutes:.0f} min: it runs anyway")
         return rows
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "note": self.note() if self.reasons else "", "full_minutes": round(self.full_minutes, 1),
+        return {**asdict(self), "note": self.note() if self.reasons or self.parallel else "",
+                "full_minutes": round(self.full_minutes, 1),
                 "planned_minutes": round(self.planned_minutes, 1)}
 
 
@@ -189,15 +245,47 @@ def slice_seconds(methods: list[str], work: Work, speed: Speed, requests: int, w
     return requests * per_request + warmup * per_warmup + LOAD_S
 
 
-def bench_seconds(params: dict[str, Any], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
-                  mats: dict[str, dict[int, float]], methods: list[str] | None = None) -> float:
+def machine_cores() -> int:
+    """The cores this process may use: its affinity, which a container or ``taskset`` narrows, not
+    the machine's count (the local Ray instance of the sweep takes the same number)."""
+    return len(os.sched_getaffinity(0))
+
+
+def cell_slots(cores: int) -> int:
+    """Bench cells decoding at once: each holds `CELL_CORES` cores of its own, so an odd core idles."""
+    return max(1, cores // CELL_CORES)
+
+
+def makespan(seconds: list[float], slots: int) -> float:
+    """Wall time of independent cells on ``slots`` equal slots, each cell given, longest first, to
+    the slot free soonest (LPT: within 4/3 of the best schedule). Ray starts the sweep's tasks in
+    the order they were submitted as slots free up; the notebooks list the larger target first, so
+    that order is close to longest-first. One slot runs them one after another: the plain sum."""
+    if slots <= 1:
+        return sum(seconds)
+    loads = [0.0] * slots
+    for cell in sorted(seconds, reverse=True):
+        loads[loads.index(min(loads))] += cell
+    return max(loads)
+
+
+def bench_cells(params: dict[str, Any], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
+                mats: dict[str, dict[int, float]], methods: list[str] | None = None) -> list[float]:
+    """Seconds per bench cell (target x benchmark slice, as the sweep cuts a run), in the run's order."""
     methods = methods if methods is not None else params["methods"]
-    total = 0.0
+    cells = []
     for target in params["targets"]:
         for benchmark in params["benchmarks"]:
             work = works[target].get(benchmark) or dev_work(works[target])
-            total += slice_seconds(methods, work, speeds[target], params["requests"], params["warmup"], mats.get(target))
-    return total
+            cells.append(slice_seconds(methods, work, speeds[target], params["requests"], params["warmup"],
+                                       mats.get(target)))
+    return cells
+
+
+def bench_seconds(params: dict[str, Any], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
+                  mats: dict[str, dict[int, float]], methods: list[str] | None = None, slots: int = 1) -> float:
+    """A bench run's wall time: its cells one after another, or their makespan on ``slots``."""
+    return makespan(bench_cells(params, speeds, works, mats, methods), slots)
 
 
 # the notebooks whose parameters the estimate reads
@@ -220,8 +308,9 @@ def replay_seconds(replay_nodes: list[int], replay_requests: int | None = None) 
 
 
 def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
-             mats: dict[str, dict[int, float]]) -> list[StageEstimate]:
-    """Seconds per notebook for the given notebook parameters (03/04/07 read 05's run, decoded in 03)."""
+             mats: dict[str, dict[int, float]], slots: int = 1) -> list[StageEstimate]:
+    """Seconds per notebook for the given notebook parameters (03/04/07 read 05's run, decoded in 03);
+    with ``slots`` > 1 the results and ablations benches run that many cells at once."""
     qwen = speeds.get("qwen2.5-coder-0.5b") or next(iter(speeds.values()))
     qwen_work = dev_work(works.get(qwen.target) or next(iter(works.values())))
     prefill = qwen_work.prompt_tokens * qwen.prefill_token_s
@@ -238,8 +327,9 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
     arithmetic_s = sum(3 * len(arith["arithmetic_threads"]) * (arith["arithmetic_repeats"] * 11 * speeds[t].verify(16) + prefill)
                        for t in arith["targets"] if t in speeds)  # three options per target (approx.)
     ablation = params["06_ablations"]
+    ablation_cells = len(ablation["targets"]) * len(ablation["benchmarks"])
     ablation_s = bench_seconds({**ablation, "methods": ablation_methods(ablation["ablations"], ablation["delays"])},
-                               speeds, works, mats)
+                               speeds, works, mats, slots=slots)
     if ablation["budgets"]:
         ablation_s += sweep_seconds(budget_methods(ablation["budgets"]), ablation["targets"],
                                     ablation["budget_requests"], speeds, works, mats, ablation["warmup"])
@@ -254,16 +344,18 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
     schedules = ["toolspec:both_cores", *params.get("07_timelines", {}).get("schedules", [])]
     first = {**bench, "targets": bench["targets"][:1], "benchmarks": bench["benchmarks"][:1], "requests": 1, "warmup": 0}
     timelines_s = bench_seconds(first, speeds, works, mats, schedules) if len(schedules) > 1 else 0.0
+    at_once = f"; {slots} cells at once" if slots > 1 else ""
     return [
         StageEstimate("00_data", 30.0, "build the splits"),
         StageEstimate("01_teacher", 15.0, "read the committed traces"),
         StageEstimate("02_sidecar", sidecar, f"{side['mode_requests']} mode and {side['latency_requests']} latency requests"),
-        StageEstimate("03_toolspec", study_s + bench_seconds(bench, speeds, works, mats),
+        StageEstimate("03_toolspec", study_s + bench_seconds(bench, speeds, works, mats, slots=slots),
                       f"results bench: {len(bench['targets'])} targets x {len(bench['benchmarks'])} benchmarks x "
-                      f"n={n} x {len(bench['methods'])} methods; verify-cost curve"),
+                      f"n={n} x {len(bench['methods'])} methods{at_once}; verify-cost curve"),
         StageEstimate("08_arithmetic", arithmetic_s, "step, prefill and verify cost per arithmetic and thread count"),
         StageEstimate("06_ablations", ablation_s, f"{len(ablation_methods(ablation['ablations'], ablation['delays']))} "
-                      f"methods x n={ablation['requests']}" + (", budget sweep" if ablation["budgets"] else "")
+                      f"methods x n={ablation['requests']}" + (at_once if ablation_cells > 1 else "")
+                      + (", budget sweep" if ablation["budgets"] else "")
                       + (f", wave gate on {ablation['gate_requests']} dev requests" if ablation.get("gate_requests") else "")),
         StageEstimate("07_timelines", timelines_s, f"{len(schedules) - 1} wave schedules on one request"),
         StageEstimate("book", BOOK_S, "04, 05, 07 read 03's run; jupyter-book"),
@@ -302,18 +394,32 @@ def reductions(params: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, d
 
 def make_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
               mats: dict[str, dict[int, float]], arithmetic: str,
-              params: dict[str, dict[str, Any]] | None = None) -> ReproducePlan:
-    """The full plan if it fits ``minutes`` (or no budget), else the least reduction that does."""
+              params: dict[str, dict[str, Any]] | None = None, cores: int | None = None) -> ReproducePlan:
+    """The plan for ``cores`` (default: this process's), with the totals for `WHAT_IF_CORES` beside it."""
     params = params or {nb: notebook_parameters(nb) for nb in PLANNED_NOTEBOOKS}
+    plan = fit_plan(minutes, speeds, works, mats, arithmetic, params, cores or machine_cores())
+    for count in WHAT_IF_CORES:
+        other = plan if count == plan.cores else fit_plan(minutes, speeds, works, mats, arithmetic, params, count)
+        plan.by_cores.append(CoresEstimate(count, other.full_minutes, other.planned_minutes))
+    return plan
+
+
+def fit_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
+             mats: dict[str, dict[int, float]], arithmetic: str, params: dict[str, dict[str, Any]],
+             cores: int) -> ReproducePlan:
+    """The full plan if it fits ``minutes`` (or no budget), else the least reduction that does, each
+    estimated on ``cores``; with more than one slot the bench notebooks get ``executor: ray``."""
+    slots = cell_slots(cores)
     measured = StageEstimate("calibration", sum(s.calibrate_s for s in speeds.values()),
                              "measured: target loads and forwards")
 
     def estimate_all(chosen: dict[str, dict[str, Any]]) -> list[StageEstimate]:
-        return [measured] + estimate(chosen, speeds, works, mats)
+        return [measured] + estimate(chosen, speeds, works, mats, slots)
 
     full = estimate_all(params)
-    plan = ReproducePlan(minutes, arithmetic, list(speeds.values()), full, full, {})
+    plan = ReproducePlan(minutes, arithmetic, list(speeds.values()), full, full, {}, cores=cores)
     if not minutes or plan.full_minutes <= minutes:
+        plan.overrides = _overrides(params, with_executor(params, slots))
         return plan
     reasons: list[str] = []
     chosen = params
@@ -326,12 +432,22 @@ def make_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, 
         if plan.planned_minutes <= minutes:
             break
     plan.reasons, plan.fits = reasons, plan.planned_minutes <= minutes
-    plan.overrides = _overrides(params, chosen)
+    plan.overrides = _overrides(params, with_executor(chosen, slots))
     return plan
 
 
+def with_executor(params: dict[str, dict[str, Any]], slots: int) -> dict[str, dict[str, Any]]:
+    """``executor: ray`` for the bench notebooks when more than one cell fits at once: not a
+    reduction (the records are the sequential run's), only where the cells go."""
+    if slots <= 1:
+        return params
+    return {nb: ({**values, "executor": "ray"} if nb in RAY_NOTEBOOKS and "executor" in values else values)
+            for nb, values in params.items()}
+
+
 def _overrides(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Papermill parameters per notebook: what changed; the chapters reading 05's run get it as ``bench``."""
+    """Papermill parameters per notebook: what changed; the chapters reading 05's run get it as ``bench``
+    (03, which decodes that run, takes its ``executor`` from there)."""
     changed = {nb: {k: v for k, v in after[nb].items() if before[nb].get(k) != v} for nb in after}
     out = {nb: values for nb, values in changed.items() if values and nb != "05_bench"}
     if changed["05_bench"]:
@@ -373,16 +489,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--minutes", type=float, default=90.0, help="time budget; 0: the full plan, no budget")
-    parser.add_argument("--out", type=Path, default=None, help="default: artifacts/reproduce-plan")
+    parser.add_argument("--out", type=Path, default=None, help="default: artifacts/reproduce-plan "
+                        "(with --cores: nothing is written unless --out is given)")
+    parser.add_argument("--cores", type=int, default=None, help="plan for this many cores, a what-if "
+                        "(default: this process's cores)")
     args = parser.parse_args(argv)
+    if args.cores is not None and args.cores < 1:
+        parser.error(f"--cores must be at least 1, got {args.cores}")
     params = {nb: notebook_parameters(nb) for nb in PLANNED_NOTEBOOKS}
     targets = list(dict.fromkeys(params["05_bench"]["targets"] + params["03_toolspec"]["targets"]
                                  + params["08_arithmetic"]["targets"]))
     speeds = {t: calibrate(t, args.profile) for t in targets}
     works = {t: audit_work(t, params["05_bench"]["max_new_tokens"]) for t in targets}
     plan = make_plan(args.minutes or None, speeds, works, committed_mats(),
-                     profile_arithmetic(args.profile).sentence(), params)
-    write_plan(plan, args.out or artifacts_dir() / "reproduce-plan")
+                     profile_arithmetic(args.profile).sentence(), params, args.cores)
+    if args.out or args.cores is None:  # a what-if leaves the plan `make reproduce` runs alone
+        write_plan(plan, args.out or artifacts_dir() / "reproduce-plan")
     print("\n".join(plan.lines()))
     return 0
 
