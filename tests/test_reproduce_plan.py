@@ -222,3 +222,29 @@ def test_make_reproduce_plans_after_the_data_chapter_and_runs_every_later_chapte
     assert "--minutes 90" in lines[plan]
     assert dry.count("reproduce-plan/$*.yaml") == 0  # expanded per chapter
     assert all(f"reproduce-plan/{nb}.yaml" in dry for nb in runs)
+
+
+def test_a_committed_canonical_run_lets_the_bench_re_measure_fewer_cells_before_n():
+    from ooospec.reproduce.time_plan import CanonicalCover
+
+    cells = frozenset((t, b) for t in TARGETS for b in ("apibank", "toolalpaca", "bfcl"))
+    n = params()["05_bench"]["requests"]
+    plain = plan_for(0.1)
+    covered = make_plan(90, {t: speed(t, 0.1) for t in TARGETS}, works(), {}, "fp32 on a test machine", params(),
+                        cores=2, canonical=CanonicalCover(cells, n))
+    assert covered.fits
+    stated = [r for r in covered.reasons if r.startswith("the results bench re-measures")]
+    assert len(stated) == 1 and "canonical run stands for its other cells" in stated[0]
+    bench = covered.overrides["05_bench"]
+    kept = [(t, b) for t in bench.get("targets", params()["05_bench"]["targets"])
+            for b in bench.get("benchmarks", params()["05_bench"]["benchmarks"])]
+    assert 0 < len(kept) < len(cells)
+    # fewer cells come before a smaller n: the kept cells run at the canonical n where that fits
+    assert bench.get("requests", n) >= plain.overrides["05_bench"].get("requests", n)
+    # a canonical run at another n, or without one of the cells, changes nothing
+    other_n = make_plan(90, {t: speed(t, 0.1) for t in TARGETS}, works(), {}, "fp32 on a test machine", params(),
+                        cores=2, canonical=CanonicalCover(cells, n + 5))
+    assert other_n.reasons == plain.reasons
+    partial = make_plan(90, {t: speed(t, 0.1) for t in TARGETS}, works(), {}, "fp32 on a test machine", params(),
+                        cores=2, canonical=CanonicalCover(frozenset(list(cells)[1:]), n))
+    assert partial.reasons == plain.reasons

@@ -15,7 +15,11 @@ in a fixed order, each with its reason, until it fits:
    chosen per machine by `ooospec.bench.tree_budget`);
 3. the sidecar chapter times half as many dev requests;
 4. one untimed warm-up request per target instead of two;
-5. n per benchmark goes down in steps of 5 (never below 10).
+5. where a canonical run is committed (`ooospec.report.canonical`) and holds every cell of the
+   results bench at its n: the bench re-measures fewer cells, leaving out the costliest benchmark,
+   then the costliest target, one at a time, each kept cell at full n; the chapter reads its claims
+   from the canonical run and sets this machine's cells beside it;
+6. n per benchmark goes down in steps of 5 (never below 10).
 
 If even that is over the budget, the plan says so and runs anyway: nothing else is cut silently.
 
@@ -362,8 +366,56 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
     ]
 
 
-def reductions(params: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
-    """The stated reductions, in order; each entry is (reason, parameters after it)."""
+@dataclass(frozen=True)
+class CanonicalCover:
+    """What the committed canonical run holds (`ooospec.report.canonical`): the results chapter
+    reads its claims from it, so a cell it holds at the bench's n need not be re-measured here."""
+
+    cells: frozenset[tuple[str, str]]  # (target, benchmark)
+    requests: int
+
+
+def committed_canonical() -> CanonicalCover | None:
+    """The committed canonical run's cells (each file checked against its manifest), or None."""
+    from ooospec.report.canonical import load_canonical
+
+    run = load_canonical()
+    return None if run is None else CanonicalCover(frozenset(run.cells()), int(run.provenance["requests"]))
+
+
+RE_MEASURES = "the results bench re-measures "  # the prefix of the canonical-cells reduction
+
+
+def _canonical_cells(current: dict[str, dict[str, Any]], cell_seconds: dict[tuple[str, str], float],
+                     canonical: CanonicalCover) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """Leave out the costliest benchmark, then the costliest target, one at a time, while the
+    canonical run holds every cell at the bench's n: the chapter shows the canonical run for the
+    claims and this machine's cells beside it, each cell still at full n (so request by request)."""
+    bench = current["05_bench"]
+    held = {(t, b) for t in bench["targets"] for b in bench["benchmarks"]} <= canonical.cells
+    if not held or bench["requests"] != canonical.requests:
+        return []
+    steps = []
+
+    def cost(targets: list[str], benchmarks: list[str]) -> float:
+        return sum(cell_seconds.get((t, b), 0.0) for t in targets for b in benchmarks)
+
+    for key in ("benchmarks", "targets"):
+        while len(bench[key]) > 1:
+            drop = max(bench[key], key=lambda item: cost([item], bench["benchmarks"]) if key == "targets"
+                       else cost(bench["targets"], [item]))
+            bench[key] = [item for item in bench[key] if item != drop]
+            steps.append((f"{RE_MEASURES}{', '.join(bench['targets'])} on {', '.join(bench['benchmarks'])} "
+                          f"(n = {bench['requests']}); the committed canonical run stands for its other cells, "
+                          "and the results chapter sets this run beside it", json.loads(json.dumps(current))))
+    return steps
+
+
+def reductions(params: dict[str, dict[str, Any]], cell_seconds: dict[tuple[str, str], float] | None = None,
+               canonical: CanonicalCover | None = None) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """The stated reductions, in order; each entry is (reason, parameters after it). ``canonical``:
+    the committed canonical run, which lets the results bench re-measure fewer cells (ordered by
+    ``cell_seconds``) before it lowers n."""
     steps = []
     current = json.loads(json.dumps(params))
     if "pld" in current["05_bench"]["methods"]:
@@ -383,6 +435,8 @@ def reductions(params: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, d
         current["05_bench"]["warmup"] = 1
         steps.append(("one untimed warm-up request per target, not "
                       f"{params['05_bench']['warmup']}", json.loads(json.dumps(current))))
+    if canonical is not None:
+        steps += _canonical_cells(current, cell_seconds or {}, canonical)  # narrows ``current`` in place
     n = current["05_bench"]["requests"]
     while n - 5 >= MIN_REQUESTS:
         n -= 5
@@ -394,19 +448,22 @@ def reductions(params: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, d
 
 def make_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
               mats: dict[str, dict[int, float]], arithmetic: str,
-              params: dict[str, dict[str, Any]] | None = None, cores: int | None = None) -> ReproducePlan:
-    """The plan for ``cores`` (default: this process's), with the totals for `WHAT_IF_CORES` beside it."""
+              params: dict[str, dict[str, Any]] | None = None, cores: int | None = None,
+              canonical: CanonicalCover | None = None) -> ReproducePlan:
+    """The plan for ``cores`` (default: this process's), with the totals for `WHAT_IF_CORES` beside it;
+    ``canonical``: the committed canonical run (`committed_canonical`), if any."""
     params = params or {nb: notebook_parameters(nb) for nb in PLANNED_NOTEBOOKS}
-    plan = fit_plan(minutes, speeds, works, mats, arithmetic, params, cores or machine_cores())
+    plan = fit_plan(minutes, speeds, works, mats, arithmetic, params, cores or machine_cores(), canonical)
     for count in WHAT_IF_CORES:
-        other = plan if count == plan.cores else fit_plan(minutes, speeds, works, mats, arithmetic, params, count)
+        other = plan if count == plan.cores else fit_plan(minutes, speeds, works, mats, arithmetic, params, count,
+                                                           canonical)
         plan.by_cores.append(CoresEstimate(count, other.full_minutes, other.planned_minutes))
     return plan
 
 
 def fit_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
              mats: dict[str, dict[int, float]], arithmetic: str, params: dict[str, dict[str, Any]],
-             cores: int) -> ReproducePlan:
+             cores: int, canonical: CanonicalCover | None = None) -> ReproducePlan:
     """The full plan if it fits ``minutes`` (or no budget), else the least reduction that does, each
     estimated on ``cores``; with more than one slot the bench notebooks get ``executor: ray``."""
     slots = cell_slots(cores)
@@ -423,9 +480,13 @@ def fit_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, d
         return plan
     reasons: list[str] = []
     chosen = params
-    for reason, reduced in reductions(params):
-        if reason.startswith("n = "):  # only the n that runs is stated
-            reasons = [r for r in reasons if not r.startswith("n = ")]
+    bench = params["05_bench"]
+    cells = [(t, b) for t in bench["targets"] for b in bench["benchmarks"]]
+    cell_seconds = dict(zip(cells, bench_cells(bench, speeds, works, mats)))
+    for reason, reduced in reductions(params, cell_seconds, canonical):
+        for stated in ("n = ", RE_MEASURES):  # only the n and the cells that run are stated
+            if reason.startswith(stated):
+                reasons = [r for r in reasons if not r.startswith(stated)]
         reasons.append(reason)
         chosen = reduced
         plan.planned = estimate_all(reduced)
@@ -502,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     speeds = {t: calibrate(t, args.profile) for t in targets}
     works = {t: audit_work(t, params["05_bench"]["max_new_tokens"]) for t in targets}
     plan = make_plan(args.minutes or None, speeds, works, committed_mats(),
-                     profile_arithmetic(args.profile).sentence(), params, args.cores)
+                     profile_arithmetic(args.profile).sentence(), params, args.cores, committed_canonical())
     if args.out or args.cores is None:  # a what-if leaves the plan `make reproduce` runs alone
         write_plan(plan, args.out or artifacts_dir() / "reproduce-plan")
     print("\n".join(plan.lines()))
