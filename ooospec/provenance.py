@@ -37,6 +37,11 @@ def files_sha256(paths: Iterable[Path]) -> str:
     return digest.hexdigest()
 
 
+def bytes_sha256(data: bytes) -> str:
+    """sha256 of bytes held in memory (a file about to be written: equals its ``sha256sum``)."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def file_sha256(path: Path) -> str:
     """sha256 of one file's bytes."""
     return files_sha256([path])

@@ -23,7 +23,6 @@ run is set against the canonical interval of the same claim: inside it, or flagg
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 from collections import defaultdict
@@ -35,6 +34,7 @@ import pandas as pd
 
 from ooospec.models.arithmetic import sentences
 from ooospec.paths import artifacts_dir, shown
+from ooospec.provenance import bytes_sha256
 
 MANIFEST = "manifest.json"
 # what a manifest's provenance must say, so that a reader knows what the claims stand on
@@ -91,10 +91,6 @@ class CanonicalRun:
                 f"its sha256.")
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _gzip(lines: Iterable[str]) -> bytes:
     """Deterministic gzip (no name, mtime 0): the same records give the same bytes and hash."""
     buffer = io.BytesIO()
@@ -131,7 +127,7 @@ def write_canonical(records: list[dict[str, Any]], provenance: dict[str, Any], d
         data = _gzip(lines)
         name = cell_file(target, benchmark)
         (directory / name).write_bytes(data)
-        files[name] = {"sha256": _sha256(data), "records": len(lines), "target": target, "benchmark": benchmark}
+        files[name] = {"sha256": bytes_sha256(data), "records": len(lines), "target": target, "benchmark": benchmark}
     manifest = {"files": files, "provenance": provenance}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     return directory / MANIFEST
@@ -160,7 +156,7 @@ def load_canonical(directory: Path | None = None) -> CanonicalRun | None:
         if not path.exists():
             raise CanonicalError(f"{shown(path)}: expected sha256 {entry['sha256']}, found no file")
         data = path.read_bytes()
-        found = _sha256(data)
+        found = bytes_sha256(data)
         if found != entry["sha256"]:
             raise CanonicalError(f"{shown(path)}: expected sha256 {entry['sha256']}, found {found}")
         lines = gzip.decompress(data).decode("utf-8").splitlines()
@@ -239,10 +235,11 @@ def _claim_rows(records: list[dict[str, Any]]) -> pd.DataFrame:
     claims = Claims.measure(records)
     frames = [getattr(claims, name).assign(claim=name) for name in ("over_ar", "paper", "equal_hardware",
                                                                     "elastic_gain", "policy")]
-    table = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(not f.empty for f in frames) \
-        else pd.DataFrame(columns=["claim", "target", "benchmark", "method", "vs", "phase", "n", "speedup",
-                                   "ci_low", "ci_high"])
-    return table
+    kept = [f for f in frames if not f.empty]
+    if kept:
+        return pd.concat(kept, ignore_index=True)
+    return pd.DataFrame(columns=["claim", "target", "benchmark", "method", "vs", "phase", "n", "speedup",
+                                 "ci_low", "ci_high"])
 
 
 def _ratios(canonical: list[dict[str, Any]], run: list[dict[str, Any]]) -> pd.DataFrame:

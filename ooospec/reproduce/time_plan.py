@@ -249,6 +249,11 @@ def slice_seconds(methods: list[str], work: Work, speed: Speed, requests: int, w
     return requests * per_request + warmup * per_warmup + LOAD_S
 
 
+def counted(number: int, noun: str) -> str:
+    """``1 target``, ``2 targets``: the plan's details read as sentences."""
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def machine_cores() -> int:
     """The cores this process may use: its affinity, which a container or ``taskset`` narrows, not
     the machine's count (the local Ray instance of the sweep takes the same number)."""
@@ -354,11 +359,13 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
         StageEstimate("01_teacher", 15.0, "read the committed traces"),
         StageEstimate("02_sidecar", sidecar, f"{side['mode_requests']} mode and {side['latency_requests']} latency requests"),
         StageEstimate("03_toolspec", study_s + bench_seconds(bench, speeds, works, mats, slots=slots),
-                      f"results bench: {len(bench['targets'])} targets x {len(bench['benchmarks'])} benchmarks x "
-                      f"n={n} x {len(bench['methods'])} methods{at_once}; verify-cost curve"),
+                      f"results bench: {counted(len(bench['targets']), 'target')} x "
+                      f"{counted(len(bench['benchmarks']), 'benchmark')} x n={n} x "
+                      f"{counted(len(bench['methods']), 'method')}{at_once}; verify-cost curve"),
         StageEstimate("08_arithmetic", arithmetic_s, "step, prefill and verify cost per arithmetic and thread count"),
-        StageEstimate("06_ablations", ablation_s, f"{len(ablation_methods(ablation['ablations'], ablation['delays']))} "
-                      f"methods x n={ablation['requests']}" + (at_once if ablation_cells > 1 else "")
+        StageEstimate("06_ablations", ablation_s,
+                      f"{counted(len(ablation_methods(ablation['ablations'], ablation['delays'])), 'method')} "
+                      f"x n={ablation['requests']}" + (at_once if ablation_cells > 1 else "")
                       + (", budget sweep" if ablation["budgets"] else "")
                       + (f", wave gate on {ablation['gate_requests']} dev requests" if ablation.get("gate_requests") else "")),
         StageEstimate("07_timelines", timelines_s, f"{len(schedules) - 1} wave schedules on one request"),
