@@ -126,3 +126,16 @@ def test_the_committed_table_reads_scores_and_splits_unseen_requests(tmp_path, m
     assert (row["requests"], row["unseen requests"]) == (5, 3)
     assert row["whole call"] == 0.6 and row["whole call (unseen)"] == round(2 / 3, 4)
     assert row["median wave s"] == 2.0 and row["machine"] == "AVX2, test cpu"
+
+
+def test_a_score_from_another_machine_is_committed_beside_never_over(tmp_path):
+    import json
+
+    from ooospec.training.disjoint_dev import committed_name
+
+    xeon = {"cpu": "Intel Xeon", "cpu_capability": "AVX512", "bf16_kernels": True}
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "bf16_kernels": False}
+    assert committed_name(tmp_path, "a--served+fill", epyc) == "a--served+fill"  # nothing committed yet
+    (tmp_path / "a--served+fill.json").write_text(json.dumps({"machine": xeon}))
+    assert committed_name(tmp_path, "a--served+fill", xeon) == "a--served+fill"  # the same machine: its own file
+    assert committed_name(tmp_path, "a--served+fill", epyc) == "a--served+fill--avx2"

@@ -29,7 +29,7 @@ from ooospec.sidecar.copy_values import CopySettings
 from ooospec.sidecar.metrics import rescore, score_to_dict, score_wave
 from ooospec.sidecar.predictor import REQUIRED_VALUES, SlotPredictor
 from ooospec.stage import Stage, append_jsonl, read_jsonl
-from ooospec.training.sidecar import SidecarConfig, drop_long_prefixes, select_calls, subset
+from ooospec.training.sidecar import SidecarConfig, drop_long_prefixes, select_calls, subset, this_machine
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,8 +80,9 @@ def trained_on(record: dict[str, Any], train: list[Request], tokenizer: Any) -> 
 
 
 def choice_stage(record: dict[str, Any], choice: DecodingChoice, profile: str, split: ApiDisjointSplit) -> Stage:
+    """Keyed by the machine too: wave times are its own, and a checkout moved to another CPU scores again."""
     return Stage(STAGE_NAME, {"adapter_sha256": record["sha256"], "profile": profile, **choice.to_dict(),
-                              "split": split.settings})
+                              "split": split.settings, "machine": this_machine()})
 
 
 def score_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), profile: str = "cpu",
@@ -126,6 +127,18 @@ def committed_dir() -> Path:
     return artifacts_dir() / "committed" / COMMITTED
 
 
+def committed_name(directory: Path, name: str, machine: dict[str, Any]) -> str:
+    """``name``, or ``name--<cpu capability>`` where ``name`` is committed from another machine: wave
+    times (and, across arithmetics, answers) are the machine's, so a score from one is never replaced
+    by a score from another; the book's table shows both, each with its machine."""
+    found = directory / f"{name}.json"
+    if not found.exists():
+        return name
+    theirs = json.loads(found.read_text()).get("machine", {})
+    same = all(theirs.get(k) == machine.get(k) for k in ("cpu", "cpu_capability", "bf16_kernels"))
+    return name if same else f"{name}--{str(machine.get('cpu_capability')).lower()}"
+
+
 def commit_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), profile: str = "cpu") -> Path:
     """Copy a finished choice's per-request scores (not its rows) and its provenance next to the
     other committed assets, so the book shows them without running the sidecar."""
@@ -136,8 +149,9 @@ def commit_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), 
     split = load_api_disjoint()
     summary = score_choice(adapter_dir, choice, profile, split)
     waves = list(read_jsonl(choice_stage(record, choice, profile, split).path("waves.jsonl")))
-    name = f"{record['name']}--{choice.label}"
+    machine = this_machine()
     out = committed_dir()
+    name = committed_name(out, f"{record['name']}--{choice.label}", machine)
     out.mkdir(parents=True, exist_ok=True)
     keep = ("request_id", "source", "seen_in_training", "payload", "reference", "score", "latency_s", "reason")
     append_jsonl(out / f"{name}.jsonl.tmp", [{k: w.get(k) for k in keep} for w in waves])
@@ -148,6 +162,11 @@ def commit_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), 
                   **_provenance()}
     (out / f"{name}.json").write_text(json.dumps(provenance, indent=2) + "\n")
     return out / f"{name}.jsonl"
+
+
+def _cpu_name(cpu: str) -> str:
+    """A CPU's model name as a column can hold it: ``Intel(R) Xeon(R) Processor`` -> ``Intel Xeon``."""
+    return " ".join(cpu.replace("(R)", "").replace("(TM)", "").split()[:2])
 
 
 def committed_table() -> "pd.DataFrame":
@@ -170,7 +189,7 @@ def committed_table() -> "pd.DataFrame":
                      "unseen requests": scores["unseen"]["requests"],
                      "whole call (unseen)": scores["unseen"]["whole_call_exact_match"],
                      "median wave s": scores["all"]["median_wave_latency_s"],
-                     "machine": f"{info['machine']['cpu_capability']}, {info['machine']['cpu']}"})
+                     "machine": f"{info['machine']['cpu_capability']}, {_cpu_name(info['machine']['cpu'])}"})
     return pd.DataFrame(rows)
 
 

@@ -447,6 +447,14 @@ def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None 
     return AdapterRun(stage.path("adapter"), read_frozen(stage.path("adapter")), None)
 
 
+def this_machine() -> dict[str, Any]:
+    """The CPU a wave or a training step ran on, as provenance and stage keys record it."""
+    from ooospec.models.arithmetic import cpu_capability, cpu_model
+    from ooospec.models.loading import bf16_supported_on_cpu
+
+    return {"cpu": cpu_model(), "cpu_capability": cpu_capability(), "bf16_kernels": bf16_supported_on_cpu()}
+
+
 def _provenance() -> dict[str, Any]:
     import platform
 
@@ -457,12 +465,8 @@ def _provenance() -> dict[str, Any]:
     for split in ("train", "dev"):
         path = artifacts_dir() / "data" / f"{split}.jsonl"
         data[split] = file_sha256_or_none(path)
-    from ooospec.models.arithmetic import cpu_capability, cpu_model
-    from ooospec.models.loading import bf16_supported_on_cpu
-
-    machine = {"cpu": cpu_model(), "cpu_capability": cpu_capability(), "bf16_kernels": bf16_supported_on_cpu()}
     return {"data_sha256": data, "torch": torch.__version__, "transformers": transformers.__version__,
-            "peft": peft.__version__, "python": platform.python_version(), "machine": machine,
+            "peft": peft.__version__, "python": platform.python_version(), "machine": this_machine(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
