@@ -64,6 +64,27 @@ def test_the_model_prefers_no_wave_where_the_prefill_dominates_and_a_wave_where_
     assert late["deferred"] > late["none"]
 
 
+def test_a_prefill_and_a_wave_slowing_each_other_make_the_wave_dearer():
+    # measured alone the wave pays for itself; slowed beside the narrow prefill it no longer does
+    alone = expected_seconds(costs(wave_base_s=1.0, wave_token_s=0.0), prompt_tokens=400)
+    beside = expected_seconds(costs(wave_base_s=1.0, wave_token_s=0.0, prefill_contention=1.6, wave_contention=1.6),
+                              prompt_tokens=400)
+    assert alone["prefill"] < alone["none"] < beside["prefill"]
+    assert beside["none"] == alone["none"] and beside["deferred"] == alone["deferred"]  # neither runs beside a prefill
+    with pytest.raises(ValueError, match="prefill_contention"):
+        costs(prefill_contention=0.9)
+
+
+def test_a_slowdown_is_read_from_the_seconds_two_jobs_overlapped():
+    from ooospec.bench.wave_costs import _slowdown
+
+    # 10 s of work took 12 s: 4 s beside a wave at half speed (2 s of work), then 8 s alone
+    assert _slowdown(beside=12.0, alone=10.0, overlap=4.0) == pytest.approx(2.0)
+    assert _slowdown(beside=6.0, alone=4.0, overlap=6.0) == pytest.approx(1.5)  # overlapped throughout
+    assert _slowdown(beside=9.0, alone=10.0, overlap=3.0) == 1.0  # faster than alone: noise, never below 1
+    assert _slowdown(beside=5.0, alone=4.0, overlap=0.0) == pytest.approx(1.25)
+
+
 def test_the_policy_records_every_modelled_time_and_prefers_a_wave_at_a_tie():
     decision = WavePolicy(costs()).choose(500)
     assert decision.schedule in SCHEDULES and set(decision.expected_s) == set(SCHEDULES)

@@ -305,7 +305,8 @@ class BenchRun:
         print(f"bench: {runner.target.name}: wave costs on {costs.machine}: prefill {costs.prefill_token_s * 1e3:.1f} / "
               f"{costs.prefill_2t_token_s * 1e3:.1f} ms a token (1 / 2 threads), round {costs.round_s:.2f} / "
               f"{costs.round_2t_s:.2f} s, wave {costs.wave_base_s:.2f} s + {costs.wave_token_s * 1e3:.2f} ms a token, "
-              f"contention {costs.contention:.2f}")
+              f"contention {costs.contention:.2f} (rounds), {costs.prefill_contention:.2f} / {costs.wave_contention:.2f} "
+              f"(prefill / wave beside each other)")
         for path in paths:
             wave_costs_path(path).write_text(json.dumps(calibration.to_dict(), indent=1))
 

@@ -31,6 +31,8 @@ from ooospec.paths import artifact_path, shown
 
 # what must match for a calibration to be used: the arithmetic and the machine it ran on
 MACHINE_FIELDS = ("dtype", "device", "cpu", "cpu_capability", "bf16_kernels", "bf16_flag", "cores", "kernels")
+# costs a calibration must have measured (a file from before they were timed is measured again)
+MODEL_FIELDS = ("prefill_contention", "wave_contention")
 ROUND_REPEATS = 5
 WAVE_REQUESTS = 4  # requests whose waves are timed (the fit's points): the run's first, as for the tree budget; timing only
 # The model's dev constants, from the hint replay on the 60 dev requests with a committed teacher
@@ -80,6 +82,9 @@ def usable(path: Path, target: str, machine: dict[str, Any]) -> tuple[Calibratio
         found = Calibration.read(path)
     except (ValueError, KeyError, TypeError) as err:
         return None, f"{shown(path)}: not a wave-cost calibration ({err})"
+    missing = [f for f in MODEL_FIELDS if f not in json.loads(path.read_text())["costs"]]
+    if missing:
+        return None, f"{shown(path)}: measured without {', '.join(missing)}: refused, measuring again"
     if found.costs.target != target:
         return None, f"{shown(path)}: measured for {found.costs.target}, not {target}"
     differs = {k: (found.machine.get(k), v) for k, v in machine.items() if found.machine.get(k) != v}
@@ -138,14 +143,47 @@ def measure(target: Any, verifier: TreeVerifier, service: Any, requests: list[Re
                                 after_prefill=lambda: service.submit(requests[0]))
     service.wait_idle()
     contention = max(1.0, statistics.median(beside) / rounds[1]) if beside else 1.0
+    prefill_slow, wave_slow, overlap = _prefill_beside_wave(verifier, middle, service, requests[0], own, threads,
+                                                            per_token[1] * len(middle), waves[0][1])
     base, per = _fit([(n, s) for n, s in waves if s is not None])
     costs = WaveCosts(machine=_short(machine), target=target.name, prefill_token_s=round(per_token[1], 6),
                       prefill_2t_token_s=round(per_token[2], 6), round_s=round(rounds[1], 4),
                       round_2t_s=round(rounds[2], 4), wave_base_s=round(base, 4), wave_token_s=round(per, 6),
-                      contention=round(contention, 3), rounds=round(DEV_ROUNDS, 2), hint_saved=DEV_HINT_SAVED)
+                      contention=round(contention, 3), prefill_contention=round(prefill_slow, 3),
+                      wave_contention=round(wave_slow, 3), rounds=round(DEV_ROUNDS, 2), hint_saved=DEV_HINT_SAVED)
     measured = {"prefill_prompt_tokens": len(middle), "nodes": nodes, "waves": waves,
-                "rounds_beside_a_wave": len(beside)}
+                "rounds_beside_a_wave": len(beside), "prefill_and_wave_overlap_s": round(overlap, 3)}
     return Calibration(costs, machine, measured)
+
+
+def _prefill_beside_wave(verifier: TreeVerifier, prompt: list[int], service: Any, request: Request,
+                         where: set[int] | None, threads: int, alone_prefill: float,
+                         alone_wave: float | None) -> tuple[float, float, float]:
+    """How much a narrow prefill and a wave slow each other (the elastic schedule's first seconds): a
+    wave submitted as the prefill starts, both timed, each slowdown read from the seconds they
+    overlapped (`_slowdown`). Returns (prefill's, wave's, overlap seconds); 1.0 where the wave failed."""
+    service.wait_idle()
+    with placed(where, threads):
+        started = time.monotonic()
+        ticket = service.submit(request)
+        prefill_s = Prefill.measure(verifier, prompt).seconds
+        result = ticket.wait()
+        wave_s = time.monotonic() - started
+    if result.error is not None or alone_wave is None:
+        return 1.0, 1.0, 0.0
+    overlap = min(prefill_s, wave_s)
+    return _slowdown(prefill_s, alone_prefill, overlap), _slowdown(wave_s, alone_wave, overlap), overlap
+
+
+def _slowdown(beside: float, alone: float, overlap: float) -> float:
+    """``s`` such that work of ``alone`` seconds took ``beside``: ``s`` times slower for the
+    ``overlap`` seconds, full speed after (``alone = overlap / s + beside - overlap``); at least 1."""
+    during = alone - (beside - overlap)  # seconds of work (at full speed) done during the overlap
+    if alone <= 0:
+        return 1.0
+    if overlap <= 0 or during <= 0:
+        return max(1.0, beside / alone)
+    return max(1.0, overlap / during)
 
 
 def _fit(points: list[tuple[int, float]]) -> tuple[float, float]:

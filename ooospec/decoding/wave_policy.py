@@ -17,17 +17,19 @@ that it is computed during the prefill. Three schedules:
 `WavePolicy.choose` models each schedule's end-to-end seconds from what is known at arrival (the
 request's prompt tokens) and this machine's calibrated costs (`WaveCosts`), and takes the least. The model, stated so a reader can check it:
 
-* prefill: ``P1 = p1 * n`` on one thread (slowed by ``contention`` while the wave runs beside it),
-  ``P2 = p2 * n`` on two; the wave takes ``W = w0 + w1 * n`` seconds (the sidecar's prompt renders
-  the same dialogue and tools, so its length follows the target's ``n``);
+* prefill: ``P1 = p1 * n`` on one thread, ``P2 = p2 * n`` on two; the wave takes ``W = w0 + w1 * n``
+  seconds alone (the sidecar's prompt renders the same dialogue and tools, so its length follows the
+  target's ``n``). Beside each other a narrow prefill and a wave both slow down (shared caches and
+  memory bandwidth; on a 2-core AVX2 guest the elastic wave cost several times what a model without
+  it predicted): the prefill by ``sp`` (``P1' = sp * P1``), the wave by ``sw`` (``W' = sw * W``);
 * decode: ``R`` verify rounds without a hint (``r1`` / ``r2`` seconds each on one / two threads); a
   hint arriving after ``k`` rounds saves ``G(k)`` of them, interpolated between the points the hint
   replay measured on dev (`ooospec.studies.hint_replay --arrivals`: the real loop, a stored hint
   answering at the k-th round), and none once the request would be done (``k >= R``);
 * ``none = P2 + R * r2``;
-* ``prefill``: the part of the prompt done while the wave runs is ``f = W / (c * P1)``; if ``f < 1``
-  it is ``W + (1 - f) * P2 + (R - G(0)) * r2``, else the whole prefill runs narrow and the rest of
-  the wave falls into the decode as in ``deferred``;
+* ``prefill``: the part of the prompt done while the wave runs is ``f = W' / P1'``; if ``f < 1``
+  it is ``W' + (1 - f) * P2 + (R - G(0)) * r2``, else the whole prefill runs narrow and the rest of
+  the wave (``W - P1' / sw`` of its time alone) falls into the decode as in ``deferred``;
 * ``deferred = P2 + W + (R - k - G(k)) * r2`` with ``k = W / (c * r1)`` rounds run narrow while the
   wave is out; if ``k >= R`` the hint comes after the request is done: ``P2 + R * c * r1``.
 
@@ -56,7 +58,9 @@ class WaveCosts:
     round_2t_s: float
     wave_base_s: float  # the sidecar's wave: fixed part
     wave_token_s: float  # ... plus this per prompt token of the request
-    contention: float = 1.0  # the target's slowdown while a wave runs beside it (>= 1)
+    contention: float = 1.0  # the target's verify rounds' slowdown while a wave runs beside them (>= 1)
+    prefill_contention: float = 1.0  # the target's narrow prefill's slowdown beside a wave (>= 1)
+    wave_contention: float = 1.0  # the wave's slowdown beside the target's narrow prefill (>= 1)
     rounds: float = 10.4  # R: verify rounds of a request without a hint (dev mean)
     # G(k): (rounds late, rounds the hint then saves), dev means; between points interpolated
     hint_saved: tuple[tuple[float, float], ...] = ((0.0, 3.0),)
@@ -65,8 +69,9 @@ class WaveCosts:
         for name, value in asdict(self).items():
             if isinstance(value, float) and value < 0:
                 raise ValueError(f"WaveCosts.{name} must be >= 0, got {value}")
-        if self.contention < 1.0:
-            raise ValueError(f"WaveCosts.contention must be >= 1, got {self.contention}")
+        for name in ("contention", "prefill_contention", "wave_contention"):
+            if getattr(self, name) < 1.0:
+                raise ValueError(f"WaveCosts.{name} must be >= 1, got {getattr(self, name)}")
         points = tuple((float(k), float(g)) for k, g in self.hint_saved)
         if not points or points[0][0] != 0 or any(b[0] <= a[0] for a, b in zip(points, points[1:])):
             raise ValueError(f"WaveCosts.hint_saved must start at 0 rounds late and increase, got {self.hint_saved}")
@@ -128,15 +133,16 @@ def _deferred_decode(costs: WaveCosts, wave_s: float) -> float:
 def expected_seconds(costs: WaveCosts, prompt_tokens: int) -> dict[str, float]:
     """Each schedule's modelled end-to-end seconds for one request (the model in the module docstring)."""
     wide_prefill = costs.prefill_2t_token_s * prompt_tokens
-    narrow_prefill = costs.contention * costs.prefill_token_s * prompt_tokens
+    narrow_prefill = costs.prefill_contention * costs.prefill_token_s * prompt_tokens
     wave = costs.wave_s(prompt_tokens)
+    wave_beside = costs.wave_contention * wave  # the wave while the narrow prefill runs beside it
     none = wide_prefill + costs.rounds * costs.round_2t_s
     deferred = wide_prefill + _deferred_decode(costs, wave)
-    if narrow_prefill and wave < narrow_prefill:
-        done = wave / narrow_prefill
-        during = wave + (1 - done) * wide_prefill + max(0.0, costs.rounds - costs.saved(0)) * costs.round_2t_s
+    if narrow_prefill and wave_beside < narrow_prefill:
+        done = wave_beside / narrow_prefill
+        during = wave_beside + (1 - done) * wide_prefill + max(0.0, costs.rounds - costs.saved(0)) * costs.round_2t_s
     else:
-        during = narrow_prefill + _deferred_decode(costs, wave - narrow_prefill)
+        during = narrow_prefill + _deferred_decode(costs, wave - narrow_prefill / costs.wave_contention)
     return {"prefill": round(during, 4), "deferred": round(deferred, 4), "none": round(none, 4)}
 
 
