@@ -202,6 +202,7 @@ def test_a_bench_run_records_each_requests_schedule_and_its_calibration(tmp_path
     from ooospec.bench.slices import slice_path, wave_costs_path
     from ooospec.bench.wave_costs import costs_path
     from ooospec.paths import shown
+    from ooospec.studies.wave_schedules import policy_decisions, schedule_table
 
     monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     methods = ["toolspec:both_cores", "ooospec:wave=policy", "ooospec:wave=deferred", "ooospec:wave=none"]
@@ -213,6 +214,17 @@ def test_a_bench_run_records_each_requests_schedule_and_its_calibration(tmp_path
     assert all(not r["hint"]["submitted"] for r in by_method["ooospec:wave=none"])
     chosen = [r["hint"]["schedule"] for r in by_method["ooospec:wave=policy"]]
     assert len(chosen) == 2 and all(set(c["expected_s"]) == set(SCHEDULES) and c["why"] for c in chosen)
+    # the study's tables (`python -m ooospec.studies.wave_schedules`) read the same records
+    table = schedule_table(records)
+    assert list(table.index.get_level_values("method")) == ["ooospec:wave=deferred", "ooospec:wave=policy",
+                                                             "ooospec:wave=none"]  # the study's order, then others
+    assert table.loc[("tiny", "bfcl", "ooospec:wave=deferred"), "wave ran"] == "2 of 2"
+    assert table.loc[("tiny", "bfcl", "ooospec:wave=none"), "wave ran"] == "0 of 2"
+    assert set(table.columns) >= {"wave ran", "schedules", "n", "decode", "end to end"}
+    assert all(cell.endswith("]") or cell == "no same output" for cell in table["end to end"])
+    decisions = policy_decisions(records)
+    assert len(decisions) == 2 and set(decisions.chose) <= set(SCHEDULES)
+    assert decisions[[f"{s} (s)" for s in SCHEDULES]].notna().all().all()
     beside = json.loads(wave_costs_path(slice_path(records.stage, "tiny", "tiny0001", "bfcl")).read_text())
     assert beside["costs"]["target"] == "tiny" and beside["machine"]["dtype"] == "float32"
     assert json.loads(costs_path("tiny").read_text()) == beside
