@@ -105,6 +105,12 @@ def prefill_ratios(records: Iterable[dict[str, Any]], methods: Iterable[str] = (
     return table.rename(columns={"speedup": "shared / own prefill"})
 
 
+def interval_cell(row: Any) -> str:
+    """One row of `speedup_intervals` as a table cell: ``1.63x [1.41, 1.90]``, or ``no same output``
+    where no request of the same work was left (n = 0)."""
+    return f"{row.speedup:.2f}x [{row.ci_low:.2f}, {row.ci_high:.2f}]" if row.n else "no same output"
+
+
 def interval_pivot(intervals: pd.DataFrame, phase: str = "decode") -> pd.DataFrame:
     """One row per target x benchmark, one column per method: ``1.63x [1.41, 1.90]``, the same-work
     speedup of `speedup_intervals` (n in the index: the most same-work requests among the row's
@@ -112,8 +118,7 @@ def interval_pivot(intervals: pd.DataFrame, phase: str = "decode") -> pd.DataFra
     sub = intervals[intervals.phase == phase]
     if sub.empty:
         return pd.DataFrame()
-    cells = sub.assign(cell=[f"{s:.2f}x [{lo:.2f}, {hi:.2f}]" if n else "no same output"
-                             for s, lo, hi, n in zip(sub.speedup, sub.ci_low, sub.ci_high, sub.n)])
+    cells = sub.assign(cell=[interval_cell(row) for row in sub.itertuples()])
     n = cells.groupby(["target", "benchmark"]).n.max().rename("n")
     table = cells.pivot_table(index=["target", "benchmark"], columns="method", values="cell", aggfunc="first")
     return table.join(n).set_index("n", append=True)

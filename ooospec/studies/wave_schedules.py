@@ -20,16 +20,12 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ooospec.decoding.wave_policy import SCHEDULES
-from ooospec.report.speedups import speedup_intervals
+from ooospec.report.speedups import interval_cell, speedup_intervals
 from ooospec.report.wave_share import wave_share_table
 
 REFERENCE = "toolspec:both_cores"
 METHODS = (REFERENCE, "ooospec", "ooospec:wave=deferred", "ooospec:wave=policy")
 PHASES = ("decode", "total")  # end to end: sidecar and IPC included
-
-
-def _cell(row: Any) -> str:
-    return f"{row.speedup:.2f}x [{row.ci_low:.2f}, {row.ci_high:.2f}]" if row.n else "no same output"
 
 
 def schedule_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
@@ -48,7 +44,7 @@ def schedule_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
         cells = speed[(speed.target == r.target) & (speed.benchmark == r.benchmark) & (speed.method == r.method)]
         row = {"wave ran": f"{r.with_wave} of {r.requests}", "schedules": r.schedules,
                "n": int(cells.n.max()) if len(cells) else 0}
-        row.update({phase: _cell(c) for phase, c in zip(cells.phase, cells.itertuples())})
+        row.update({phase: interval_cell(c) for phase, c in zip(cells.phase, cells.itertuples())})
         rows[(r.target, r.benchmark, r.method)] = row
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index.names = ["target", "benchmark", "method"]
