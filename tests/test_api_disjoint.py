@@ -126,6 +126,9 @@ def test_the_committed_table_reads_scores_and_splits_unseen_requests(tmp_path, m
     assert (row["requests"], row["unseen requests"]) == (5, 3)
     assert row["whole call"] == 0.6 and row["whole call (unseen)"] == round(2 / 3, 4)
     assert row["median wave s"] == 2.0 and row["machine"] == "AVX2, test cpu"
+    (out / "a--served.json").write_text(json.dumps({"adapter": "a", "label": "served", "machine": {
+        "cpu_capability": "AVX512", "cpu": "Intel(R) Xeon(R) Processor", "bf16_flag": "avx512_bf16"}}))
+    assert committed_table().iloc[0]["machine"] == "AVX512 (avx512_bf16), Intel Xeon"
 
 
 def test_a_score_from_another_machine_is_committed_beside_never_over(tmp_path):
@@ -133,9 +136,14 @@ def test_a_score_from_another_machine_is_committed_beside_never_over(tmp_path):
 
     from ooospec.training.disjoint_dev import committed_name
 
-    xeon = {"cpu": "Intel Xeon", "cpu_capability": "AVX512", "bf16_kernels": True}
-    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "bf16_kernels": False}
+    xeon = {"cpu": "Intel Xeon", "cpu_capability": "AVX512", "bf16_kernels": True, "bf16_flag": "none"}
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "bf16_kernels": False, "bf16_flag": "none"}
+    native = {**xeon, "bf16_flag": "avx512_bf16"}  # the same model name, bf16 in hardware
     assert committed_name(tmp_path, "a--served+fill", epyc) == "a--served+fill"  # nothing committed yet
     (tmp_path / "a--served+fill.json").write_text(json.dumps({"machine": xeon}))
     assert committed_name(tmp_path, "a--served+fill", xeon) == "a--served+fill"  # the same machine: its own file
     assert committed_name(tmp_path, "a--served+fill", epyc) == "a--served+fill--avx2"
+    assert committed_name(tmp_path, "a--served+fill", native) == "a--served+fill--avx512_bf16"
+    unrecorded = {k: v for k, v in xeon.items() if k != "bf16_flag"}  # written before the flag was recorded
+    (tmp_path / "a--served+fill.json").write_text(json.dumps({"machine": unrecorded}))
+    assert committed_name(tmp_path, "a--served+fill", xeon) == "a--served+fill--avx512"

@@ -127,16 +127,30 @@ def committed_dir() -> Path:
     return artifacts_dir() / "committed" / COMMITTED
 
 
+def machine_suffix(machine: dict[str, Any]) -> str:
+    """What tells this machine's committed scores apart: its CPU's bf16 flag where it has one
+    (``avx512_bf16``), else its kernel level (``avx2``)."""
+    flag = machine.get("bf16_flag")
+    return str(flag if flag not in (None, "none", "unknown") else machine.get("cpu_capability")).lower()
+
+
+def same_machine(theirs: dict[str, Any], machine: dict[str, Any]) -> bool:
+    """One CPU kind: model name, kernel level, bf16 kernels and bf16 flag all equal. A record made
+    before the flag was recorded is another machine's: its CPU may have lacked the flag."""
+    keys = ("cpu", "cpu_capability", "bf16_kernels")
+    return (all(theirs.get(k) == machine.get(k) for k in keys)
+            and theirs.get("bf16_flag", "unrecorded") == machine.get("bf16_flag"))
+
+
 def committed_name(directory: Path, name: str, machine: dict[str, Any]) -> str:
-    """``name``, or ``name--<cpu capability>`` where ``name`` is committed from another machine: wave
+    """``name``, or ``name--<machine suffix>`` where ``name`` is committed from another machine: wave
     times (and, across arithmetics, answers) are the machine's, so a score from one is never replaced
     by a score from another; the book's table shows both, each with its machine."""
     found = directory / f"{name}.json"
     if not found.exists():
         return name
     theirs = json.loads(found.read_text()).get("machine", {})
-    same = all(theirs.get(k) == machine.get(k) for k in ("cpu", "cpu_capability", "bf16_kernels"))
-    return name if same else f"{name}--{str(machine.get('cpu_capability')).lower()}"
+    return name if same_machine(theirs, machine) else f"{name}--{machine_suffix(machine)}"
 
 
 def commit_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), profile: str = "cpu") -> Path:
@@ -169,6 +183,13 @@ def _cpu_name(cpu: str) -> str:
     return " ".join(cpu.replace("(R)", "").replace("(TM)", "").split()[:2])
 
 
+def _machine_cell(machine: dict[str, Any]) -> str:
+    """``AVX2, AMD EPYC``; ``AVX512 (avx512_bf16), Intel Xeon`` where the CPU's bf16 flag was recorded."""
+    flag = machine.get("bf16_flag")
+    level = machine["cpu_capability"] + (f" ({flag})" if flag not in (None, "none", "unknown") else "")
+    return f"{level}, {_cpu_name(machine['cpu'])}"
+
+
 def committed_table() -> "pd.DataFrame":
     """One row per committed adapter + decoding choice: n, function, values, whole call (all and
     unseen-in-training requests), nulls where the target wrote a value, median wave time."""
@@ -189,7 +210,7 @@ def committed_table() -> "pd.DataFrame":
                      "unseen requests": scores["unseen"]["requests"],
                      "whole call (unseen)": scores["unseen"]["whole_call_exact_match"],
                      "median wave s": scores["all"]["median_wave_latency_s"],
-                     "machine": f"{info['machine']['cpu_capability']}, {_cpu_name(info['machine']['cpu'])}"})
+                     "machine": _machine_cell(info["machine"])})
     return pd.DataFrame(rows)
 
 

@@ -448,11 +448,16 @@ def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None 
 
 
 def this_machine() -> dict[str, Any]:
-    """The CPU a wave or a training step ran on, as provenance and stage keys record it."""
-    from ooospec.models.arithmetic import cpu_capability, cpu_model
+    """The CPU a wave or a training step ran on, as provenance and stage keys record it.
+
+    ``bf16_flag`` tells two CPUs of one model name and kernel level apart: an Intel Xeon with
+    ``avx512_bf16`` computes bf16 natively, one without it has oneDNN convert in software (both
+    report ``bf16_kernels``), and their wave times differ."""
+    from ooospec.models.arithmetic import cpu_bf16_flag, cpu_capability, cpu_model
     from ooospec.models.loading import bf16_supported_on_cpu
 
-    return {"cpu": cpu_model(), "cpu_capability": cpu_capability(), "bf16_kernels": bf16_supported_on_cpu()}
+    return {"cpu": cpu_model(), "cpu_capability": cpu_capability(), "bf16_kernels": bf16_supported_on_cpu(),
+            "bf16_flag": cpu_bf16_flag()}
 
 
 def _provenance() -> dict[str, Any]:
