@@ -147,3 +147,32 @@ def test_a_score_from_another_machine_is_committed_beside_never_over(tmp_path):
     unrecorded = {k: v for k, v in xeon.items() if k != "bf16_flag"}  # written before the flag was recorded
     (tmp_path / "a--served+fill.json").write_text(json.dumps({"machine": unrecorded}))
     assert committed_name(tmp_path, "a--served+fill", xeon) == "a--served+fill--avx512"
+
+
+def test_seen_in_training_is_drawn_from_the_adapters_own_training_side(monkeypatch):
+    """An adapter trained on the API-disjoint training side saw those requests, not the hash split's."""
+    import pytest
+
+    from ooospec.training import disjoint_dev
+    from dataclasses import asdict
+
+    from ooospec.training.sidecar import PRESETS
+
+    asked = {}
+
+    class Drawn(Exception):
+        pass
+
+    def fake_splits(cfg):
+        asked["dev_split"] = cfg.dev_split
+        return {"train": ["disjoint-train-side"], "dev": []}
+
+    def fake_select(train, split, cfg):
+        asked["train"] = train
+        raise Drawn
+
+    monkeypatch.setattr(disjoint_dev, "load_splits", fake_splits)
+    monkeypatch.setattr(disjoint_dev, "select_calls", fake_select)
+    with pytest.raises(Drawn):
+        disjoint_dev.trained_on({"config": asdict(PRESETS["disjoint"])}, tokenizer=None)
+    assert asked == {"dev_split": "api_disjoint", "train": ["disjoint-train-side"]}

@@ -29,7 +29,8 @@ from ooospec.sidecar.copy_values import CopySettings
 from ooospec.sidecar.metrics import rescore, score_to_dict, score_wave
 from ooospec.sidecar.predictor import REQUIRED_VALUES, SlotPredictor
 from ooospec.stage import Stage, append_jsonl, read_jsonl
-from ooospec.training.sidecar import SidecarConfig, drop_long_prefixes, select_calls, subset, this_machine
+from ooospec.training.sidecar import (SidecarConfig, drop_long_prefixes, load_splits, select_calls, subset,
+                                      this_machine)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,12 +67,14 @@ def target_calls(requests: list[Request], profile: str = "cpu") -> dict[str, Cal
     return {k.request_id: k.call for k in selection.kept if k.origin == "teacher"}
 
 
-def trained_on(record: dict[str, Any], train: list[Request], tokenizer: Any) -> set[str]:
-    """Ids of the requests an adapter trained on, re-drawn from its own config (the same selection,
-    prefix limit and seeded subset its training ran)."""
+def trained_on(record: dict[str, Any], tokenizer: Any, train: list[Request] | None = None) -> set[str]:
+    """Ids of the requests an adapter trained on, re-drawn from its own config (its training side,
+    the hash split's or the API-disjoint one, and the same selection, prefix limit and seeded subset
+    its training ran; distractor tools are added only where they fit, so they drop nothing)."""
     from ooospec.sidecar.slots import SlotPromptConfig
 
     cfg = SidecarConfig(**record["config"])
+    train = load_splits(cfg)["train"] if train is None else train
     selection, _ = select_calls(train, "train", cfg)
     by_id = {r.id: r for r in train}
     selection = drop_long_prefixes(by_id, selection, tokenizer, SlotPromptConfig(**cfg.prompt), cfg.max_prefix_tokens)
@@ -89,8 +92,6 @@ def score_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), p
                  split: ApiDisjointSplit | None = None, limit: int | None = None) -> dict[str, Any]:
     """Waves of one adapter + decoding choice on the API-disjoint dev, scored against the target's
     call; resumable by request. Returns the summary over all scored requests and the unseen ones."""
-    from ooospec.data import load_split
-
     adapter_dir = Path(adapter_dir)
     record = read_frozen(adapter_dir)
     split = split or load_api_disjoint()
@@ -103,7 +104,7 @@ def score_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), p
     if todo:
         predictor = SlotPredictor.from_frozen(adapter_dir, profile, required_values=choice.required_values,
                                               copy_values=choice.copy_values, optional_values=choice.optional_values)
-        seen = trained_on(record, load_split("train"), predictor.tokenizer)
+        seen = trained_on(record, predictor.tokenizer)
         for request in progress_bar(todo, desc=f"disjoint dev {record['name']}", unit="req"):
             wave = predictor.predict_wave(request)
             score = score_wave(request, references[request.id], wave)
