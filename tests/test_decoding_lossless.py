@@ -43,7 +43,7 @@ def test_every_method_reproduces_ar(name, total):
     from ooospec.models.target import load_target
 
     try:
-        target = compile_target(load_target(name))  # as a bench run loads it (fp32 on the CPU: packed multi-row products)
+        target = compile_target(load_target(name))  # as a bench run loads it (the profile's arithmetic on this CPU)
     except FileNotFoundError as err:  # weights or tool adapter not produced yet
         pytest.skip(f"{name}: {err}")
     requests = _slice(target, total)
@@ -105,22 +105,35 @@ def test_ooospec_reproduces_ar_on_real_requests(name, tmp_path, monkeypatch):
     assert hinted > 0, [(r["request_id"], (r["hint"] or {}).get("error")) for r in oracle]
 
 
+# the largest relative difference (Frobenius norm of the difference over the norm) that one layer's
+# cached keys or values may show between a chunked prefill and one forward: each chunk sums in
+# another order and rounds again, 24-30 layers deep. Measured on a Xeon with amx_bf16: fp32 (the
+# cpu-fp32 profile) 0, bf16 0.014-0.022 (Qwen's keys reach 219, where one bf16 ulp is 1.0, so no
+# absolute bound fits both targets). A chunk at wrong positions or a lost chunk differs by order 1.
+CACHE_RELATIVE_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 0.05}
+
+
+def _relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.float(), b.float()
+    return float((a - b).norm() / a.norm().clamp_min(1e-12))
+
+
 @pytest.mark.parametrize("name", [t[0] for t in TARGETS])
 def test_a_chunked_prefill_matches_one_forward_on_real_requests(name):
     """The elastic placement may prefill in chunks (`ooospec:prefill_chunk=N`) to switch cores inside
     the prefill: on real prompts it leaves the first token of one forward (or a listed near-tie) and
-    its cache up to the arithmetic's rounding."""
+    its cache up to the arithmetic's rounding, measured relative to the cache's size."""
     from ooospec.decoding.verifier import TreeVerifier, _cache_layers
     from ooospec.models.arithmetic import near_tie_gap
     from ooospec.decoding.compiled import compile_target
     from ooospec.models.target import load_target
 
     try:
-        target = compile_target(load_target(name))  # as a bench run loads it (fp32 on the CPU: packed multi-row products)
+        target = compile_target(load_target(name))  # as a bench run loads it (the profile's arithmetic on this CPU)
     except FileNotFoundError as err:
         pytest.skip(f"{name}: {err}")
     verifier = TreeVerifier.for_target(target, track_margins=True)
-    tolerance = 1e-3 if verifier.dtype == torch.float32 else 1e-1
+    tolerance = CACHE_RELATIVE_TOLERANCE[verifier.dtype]
     prompts = [target.prompt_ids(r) for r in sample_requests(load_split("dev"), POOL, 4, "dev")]
     prompts = sorted((p for p in prompts if len(p) > 150), key=len)[:3]
     assert prompts
@@ -128,7 +141,7 @@ def test_a_chunked_prefill_matches_one_forward_on_real_requests(name):
         whole, gap = verifier.prefill(prompt)
         chunked, _ = verifier.prefill(prompt, 64)
         assert chunked.root == whole.root or gap < near_tie_gap(verifier.dtype)
-        worst = max(float((a.keys - b.keys).abs().max().maximum((a.values - b.values).abs().max()))
+        worst = max(max(_relative_difference(a.keys, b.keys), _relative_difference(a.values, b.values))
                     for a, b in zip(_cache_layers(whole.cache), _cache_layers(chunked.cache)))
-        print(f"{name}: {len(prompt)}-token prompt, largest cache difference {worst:.2e}")
+        print(f"{name} ({verifier.dtype}): {len(prompt)}-token prompt, largest relative cache difference {worst:.2e}")
         assert worst < tolerance

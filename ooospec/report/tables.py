@@ -147,6 +147,8 @@ COMPACT = {
     "ablation": {"ablation": "ablation", "requests": "n", "decode_speedup_total": "decode x AR",
                  "decode_vs_toolspec_total": "decode x ToolSpec (1 core)", "mat": "MAT", "lossless": "= AR",
                  "hint_share_of_drafted": "hint share", "compared_with": "compared with"},
+    "mismatch": {"target": "target", "benchmark": "benchmark", "method": "method", "request_id": "request",
+                 "position": "at token", "ar_margin": "AR top-2 gap", "near_tie": "near-tie"},
 }
 
 

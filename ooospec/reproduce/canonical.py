@@ -35,7 +35,7 @@ def provenance_of(records: Any, config: Any, code_commit: str) -> dict[str, Any]
         frozen = read_frozen(adapter)
         sidecar = f"{frozen.get('name', Path(adapter).name)} (sha256 {frozen.get('sha256', '?')[:12]})"
     arithmetic = next((r["arithmetic"] for r in records if r.get("arithmetic")), {})
-    return {"code_commit": code_commit, "machine": {k: arithmetic.get(k) for k in ("cpu", "cpu_capability", "cores")},
+    return {"code_commit": code_commit, "machine": {k: arithmetic.get(k) for k in ("cpu", "cpu_capability", "bf16_flag", "cores")},
             "arithmetic": records.arithmetic(), "tree_budgets": tree_budgets(records.budget_choices()),
             "seed": config.seed, "requests": config.requests, "warmup": config.warmup, "methods": list(config.methods),
             "max_new_tokens": config.max_new_tokens, "sidecar_adapter": sidecar,
