@@ -115,6 +115,13 @@ def test_a_changed_output_or_forward_count_is_listed(tmp_path):
     check = consistency(load_canonical(tmp_path), mine, {"qwen": 8})
     listed = check.differences.set_index(["request", "method"]).what.to_dict()
     assert listed == {("apibank-0", "ar"): "tokens", ("apibank-1", "toolspec"): "forwards"}
+    assert not check.differences["near-tie"].any() and "near-tie" not in check.summary()
+    # a decode that departs from its own AR at a near-tie in one run: rounding, and said so
+    tie = copy.deepcopy(mine)
+    tie[1].update(output_ids=[7], identical_to_ar=False, near_tie=True)  # apibank-0, toolspec
+    tied = consistency(load_canonical(tmp_path), tie, {"qwen": 8})
+    assert tied.differences.set_index(["request", "method"])["near-tie"].to_dict()[("apibank-0", "toolspec")]
+    assert "1 of them in tokens at a rounding near-tie" in tied.summary()
     # another tree budget: forwards are not comparable, and the check says so
     other = consistency(load_canonical(tmp_path), mine, {"qwen": 4})
     assert list(other.differences.what) == ["tokens"] and "tree budget 4 here, 8 in the canonical run" in other.summary()
