@@ -38,7 +38,8 @@ def glue_markdown(key: str, text: str) -> None:
     from markdown_it import MarkdownIt
     from myst_nb import glue
 
-    glue(key, HTML(MarkdownIt("commonmark").render(text)), display=False)
+    # commonmark leaves GitHub tables off; the book's own parser (MyST) has them on
+    glue(key, HTML(MarkdownIt("commonmark").enable("table").render(text)), display=False)
 
 
 if __name__ == "__main__":

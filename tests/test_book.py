@@ -113,6 +113,19 @@ def test_no_machine_noise_in_the_published_pages(built_book: Path):
         assert not found, f"{page}: {', '.join(sorted(set(found)))} in the published page"
 
 
+def test_markdown_tables_reach_the_page_as_tables(built_book: Path):
+    """A markdown table glued from a chapter into another page (the introduction's verdict) is
+    rendered to HTML before it is pasted: it must arrive as a table, not as a paragraph of pipes."""
+    html = built_book / "_build" / "html"
+    for page in _toc_files(built_book):
+        main = (html / f"{page}.html").read_text().split('id="main-content"', 1)[-1]
+        assert "|---|" not in main, f"{page}: a markdown table shown as text"
+    intro = (html / "intro.html").read_text().split('id="main-content"', 1)[-1]
+    assert '<section id="what-the-artifact-found">' in intro, "intro.html: no section 'What the artifact found'"
+    found = intro.split('<section id="what-the-artifact-found">', 1)[1].split("</section>", 1)[0]
+    assert "<table" in found, "intro.html: the verdict's table is missing"
+
+
 WIDTH_PROBE = """<script>
 window.addEventListener('load', () => setTimeout(() => {  // after the theme's toggles collapsed their cells
   const main = document.querySelector('article.bd-article') || document.querySelector('#main-content') || document.body;
