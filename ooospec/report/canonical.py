@@ -191,7 +191,7 @@ class Consistency:
     def summary(self) -> str:
         """What a reader reads first: do the two runs agree."""
         if self.same_arithmetic:
-            ties = int(self.differences["near-tie"].sum()) if "near-tie" in self.differences else 0
+            ties = int(self.differences["near-tie"].sum())
             head = (f"Same arithmetic ({self.run_arithmetic}): {self.compared} decodes ran in both runs, "
                     f"{len(self.differences)} differ from the canonical run in tokens or forwards"
                     + (f", {ties} of them in tokens at a rounding near-tie of AR's top-2 logits in the run "
@@ -204,6 +204,10 @@ class Consistency:
         ratios = (f" Of this run's {len(self.ratios)} claim ratios, {inside} lie inside the canonical 95% interval"
                   + (f" and {len(self.flagged)} outside (flagged below)." if len(self.flagged) else "."))
         return head + ratios + "".join(f" {n}" for n in self.notes)
+
+
+# one row per decode that differs between the two runs (`Consistency.differences`)
+DIFFERENCE_COLUMNS = ["target", "benchmark", "request", "method", "what", "canonical", "this run", "near-tie"]
 
 
 def _by_decode(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str, str], dict[str, Any]]:
@@ -239,8 +243,7 @@ def _differences(canonical: list[dict[str, Any]], run: list[dict[str, Any]], can
             rows.append({"target": key[0], "benchmark": key[1], "request": key[2], "method": key[3], "what": "forwards",
                          "canonical": a.get("target_forwards"), "this run": b.get("target_forwards"),
                          "near-tie": False})
-    columns = ["target", "benchmark", "request", "method", "what", "canonical", "this run", "near-tie"]
-    return len(both), pd.DataFrame(rows, columns=columns), notes
+    return len(both), pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS), notes
 
 
 def _claim_rows(records: list[dict[str, Any]]) -> pd.DataFrame:
@@ -283,8 +286,7 @@ def consistency(canonical: CanonicalRun, run: list[dict[str, Any]], run_budgets:
     run = list(run)
     check_one_arithmetic(run, "this machine's run")
     same = {rounding_of(r) for r in canonical.records} == {rounding_of(r) for r in run}
-    compared, differences, notes = 0, pd.DataFrame(columns=["target", "benchmark", "request", "method", "what",
-                                                            "canonical", "this run"]), []
+    compared, differences, notes = 0, pd.DataFrame(columns=DIFFERENCE_COLUMNS), []
     cap = canonical.provenance.get("max_new_tokens")
     if same and max_new_tokens is not None and cap is not None and max_new_tokens != cap:
         notes.append(f"Outputs capped at {max_new_tokens} tokens here, {cap} in the canonical run: tokens and "
