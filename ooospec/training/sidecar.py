@@ -511,6 +511,15 @@ DISJOINT_RECIPE = SidecarConfig(**{**asdict(PAPER_RECIPE), "teacher_requests": N
                                    "dev_split": "api_disjoint", "distractors": 9,
                                    "lora": LoraTrainConfig(lr=1e-3).to_dict()})
 
+# a second pass over the disjoint preset's requests, started from its committed adapter (pinned by
+# its hash), as `pass2` follows `teacher`: fresh warm-up, linear decay at half the peak rate, bf16
+# autocast as `pass2` (native on a CPU with bf16 kernels). The served adapter had two passes and the
+# disjoint one one; this compares them at equal passes. The rule that decides was written on the
+# differences page before it was trained ("Choosing the served adapter on unseen APIs").
+DISJOINT_PASS2_RECIPE = SidecarConfig(**{**asdict(DISJOINT_RECIPE),
+                                         "init_from": "sidecar-cpu-kall-tracesall-calls-disjoint-d9@c9018c7af4e1",
+                                         "lora": LoraTrainConfig(lr=5e-4, autocast="bf16").to_dict()})
+
 # Which preset is `full`, and the dev comparisons that chose it, are in the book (differences page,
 # "The committed sidecar adapters"); every committed adapter's record holds its own dev metrics.
 PRESETS = {
@@ -520,6 +529,7 @@ PRESETS = {
     "scale": SCALE_RECIPE,  # every committed trace (committed beside `full`)
     "calls": CALLS_RECIPE,  # `teacher` with earlier calls and the request always in the prompt (not committed)
     "disjoint": DISJOINT_RECIPE,  # for unseen APIs: API-disjoint train, calls prompt, distractors
+    "disjoint-pass2": DISJOINT_PASS2_RECIPE,  # a second pass over `disjoint`'s requests
     "gold200": SidecarConfig(calls="gold"),  # the gold calls of 200 requests, fp32
     # a retrain that fits the cpu profile's 30-minute budget together with teacher and tool LoRA
     "budget": SidecarConfig(train_requests=40, dev_requests=20),
