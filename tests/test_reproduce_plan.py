@@ -248,3 +248,24 @@ def test_a_committed_canonical_run_lets_the_bench_re_measure_fewer_cells_before_
     partial = make_plan(90, {t: speed(t, 0.1) for t in TARGETS}, works(), {}, "fp32 on a test machine", params(),
                         cores=2, canonical=CanonicalCover(frozenset(list(cells)[1:]), n))
     assert partial.reasons == plain.reasons
+
+
+def test_the_arithmetic_study_is_estimated_per_measurement_it_makes():
+    """08 measures fp32 models twice (packed, plain) and, where bf16 runs, fp32 at its own price."""
+    from dataclasses import replace
+
+    from ooospec.reproduce.time_plan import FP32_BESIDE_BF16, LOAD_S, arithmetic_seconds
+    from ooospec.studies.forward_cost import study_measurements
+
+    fp32_only = {"cpu-fp32": "float32", "cpu": "float32"}
+    with_bf16 = {"cpu-fp32": "float32", "cpu": "bfloat16"}
+    assert study_measurements(fp32_only) == [("cpu-fp32", "float32")] * 2 + [("cpu", "float32")] * 2
+    assert study_measurements(with_bf16) == [("cpu-fp32", "float32")] * 2 + [("cpu", "bfloat16")] * 2
+
+    arith = {"targets": ["qwen2.5-coder-0.5b"], "arithmetic_threads": [1], "arithmetic_repeats": 5}
+    fast = replace(speed("qwen2.5-coder-0.5b", 0.1), dtype="bfloat16")
+    on_fp32 = arithmetic_seconds(arith, {fast.target: replace(fast, dtype="float32")}, works(), fp32_only)
+    on_bf16 = arithmetic_seconds(arith, {fast.target: fast}, works(), with_bf16)
+    one = (on_fp32 - 2 * LOAD_S) / 4  # four measurements at the speeds' own price, two profiles loaded
+    assert one > 5 * 10 * 0.1  # at least the repeats over the curve's rows, each a step or more
+    assert on_bf16 - 2 * LOAD_S == pytest.approx(one * (2 + 2 * FP32_BESIDE_BF16))

@@ -46,6 +46,7 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,9 @@ SIDECAR_LATENCY_PREFILLS = 5.3
 SIDECAR_FIXED_S = 60.0
 BOOK_S = 150.0  # jupyter-book build of every chapter
 LOAD_S = 15.0  # a target load, a sidecar start, the budget choice: per slice
+# an fp32 measurement of 08's arithmetic study beside bf16 speeds: measured 1.5-2.6x (median 2.0)
+# the bf16 one on a Xeon with amx_bf16 (Qwen and SmolLM2, packed and plain, one and two threads)
+FP32_BESIDE_BF16 = 2.0
 REPLAY_CASES = 60  # dev requests with a committed teacher trace and a served sidecar wave
 REPLAY_REQUEST_S = 0.08  # one request replayed by one hint use (AVX2 machine: 60 x 26 replays in 126 s)
 CELL_CORES = 2  # a bench cell's target core and its sidecar's (ray_sweep.Cell.cpus at the notebooks' threads = 1)
@@ -316,6 +320,44 @@ def replay_seconds(replay_nodes: list[int], replay_requests: int | None = None) 
     return cases * (len(DEFAULT_USES) + len(SHARE_GRID)) * len(replay_nodes) * REPLAY_REQUEST_S
 
 
+@lru_cache(maxsize=1)
+def study_runs() -> dict[str, str]:
+    """The dtype each profile of 08's arithmetic study runs in on this machine."""
+    from ooospec.models.arithmetic import profile_arithmetic
+    from ooospec.studies.forward_cost import ARITHMETIC_OPTIONS
+
+    return {profile: profile_arithmetic(profile).dtype for profile, _ in ARITHMETIC_OPTIONS}
+
+
+def arithmetic_seconds(arith: dict[str, Any], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
+                       runs: dict[str, str] | None = None) -> float:
+    """08's arithmetic study (`ooospec.studies.forward_cost.arithmetic_study`): per target, a load per
+    profile and, per thread count and measurement, three prefills and the verify curve's rows
+    ``arithmetic_repeats`` times; an fp32 measurement beside bf16 speeds costs `FP32_BESIDE_BF16`."""
+    from ooospec.studies.forward_cost import STUDY_ROWS, study_measurements
+
+    runs = runs or study_runs()
+    measurements = study_measurements(runs)
+    seconds = 0.0
+    for t in [t for t in arith["targets"] if t in speeds]:
+        speed, tokens = speeds[t], dev_work(works[t]).prompt_tokens
+        timed_in = speed.dtype or runs.get("cpu", "float32")  # a plan from before Speed.dtype: the cpu profile
+        seconds += LOAD_S * len({profile for profile, _ in measurements})
+        for threads in arith["arithmetic_threads"]:
+            both = threads > 1
+            one = (3 * tokens * (speed.prefill_2t_token_s if both else speed.prefill_token_s)
+                   + arith["arithmetic_repeats"] * ((speed.step_2t_s if both else speed.step_s)
+                                                     + sum(speed.verify(r - 1, both) for r in STUDY_ROWS if r > 1)))
+            seconds += sum(one * _dtype_factor(dtype, timed_in) for _, dtype in measurements)
+    return seconds
+
+
+def _dtype_factor(dtype: str, timed_in: str) -> float:
+    if dtype == timed_in:
+        return 1.0
+    return FP32_BESIDE_BF16 if dtype == "float32" else 1 / FP32_BESIDE_BF16
+
+
 def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
              mats: dict[str, dict[int, float]], slots: int = 1) -> list[StageEstimate]:
     """Seconds per notebook for the given notebook parameters (03/04/07 read 05's run, decoded in 03);
@@ -332,9 +374,7 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
     for t in [t for t in studies["targets"] if t in speeds]:  # the verify-cost curve
         warm = sum(speeds[t].verify(n) for n in studies["cost_sizes"] if n)
         study_s += (studies["cost_repeats"] + 1) * (warm + speeds[t].step_s)
-    arith = params["08_arithmetic"]
-    arithmetic_s = sum(3 * len(arith["arithmetic_threads"]) * (arith["arithmetic_repeats"] * 11 * speeds[t].verify(16) + prefill)
-                       for t in arith["targets"] if t in speeds)  # three options per target (approx.)
+    arithmetic_s = arithmetic_seconds(params["08_arithmetic"], speeds, works)
     ablation = params["06_ablations"]
     ablation_cells = len(ablation["targets"]) * len(ablation["benchmarks"])
     ablation_s = bench_seconds({**ablation, "methods": ablation_methods(ablation["ablations"], ablation["delays"])},

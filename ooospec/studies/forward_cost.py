@@ -36,6 +36,7 @@ def cost_curve(target_name: str, *, profile: str = "cpu", benchmark: str = "apib
     return rows
 
 
+STUDY_ROWS = (1, 2, 4, 8, 16, 17, 32, 33, 48, 64, 65)  # rows of the verify-cost curve per arithmetic
 ARITHMETIC_OPTIONS = (  # (profile, attention): fp32, bf16 (the cpu default), bf16 with eager attention
     ("cpu-fp32", "sdpa"), ("cpu", "sdpa"), ("cpu", "eager"),
 )
@@ -54,9 +55,19 @@ def machine_options(options: tuple[tuple[str, str], ...], runs_in: dict[str, str
     return tuple(kept)
 
 
+def study_measurements(runs_in: dict[str, str],
+                       options: tuple[tuple[str, str], ...] = ARITHMETIC_OPTIONS) -> list[tuple[str, str]]:
+    """The (profile, dtype) of every measurement `arithmetic_study` makes per target and thread
+    count on a machine whose profiles run in ``runs_in``: an fp32 model packs its products, so it is
+    measured twice (packed, and plain as the control)."""
+    return [(profile, runs_in[profile])
+            for profile, _ in machine_options(options, runs_in)
+            for _ in range(2 if runs_in[profile] == "float32" else 1)]
+
+
 def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str, str], ...] = ARITHMETIC_OPTIONS,
                      threads: tuple[int, ...] = (1, 2), benchmark: str = "apibank", repeats: int = 5,
-                     rows: tuple[int, ...] = (1, 2, 4, 8, 16, 17, 32, 33, 48, 64, 65)) -> list[dict[str, Any]]:
+                     rows: tuple[int, ...] = STUDY_ROWS) -> list[dict[str, Any]]:
     """Step cost, prefill and verify curve per target x arithmetic option x thread count.
 
     The options differ only in numerics or kernels; whether one may be used is decided by the

@@ -30,6 +30,7 @@ class Speed:
     prefill_2t_token_s: float
     nodes: int  # the tree budget the bench will choose here
     calibrate_s: float = 0.0
+    dtype: str | None = None  # the arithmetic these times ran in (None: a plan written before it was kept)
 
     def verify(self, nodes: int | None = None, both_cores: bool = False) -> float:
         """Verify time at ``nodes`` (None: the chosen budget), interpolated between measured sizes."""
@@ -78,7 +79,7 @@ def measure_speed(target: Any, prompt: list[int], target_name: str, repeats: int
         nodes = machine_budget(verifier, prompt, target_name, repeats=repeats).budget["max_nodes"]
     one, two = curves[1], curves[2]
     return Speed(target_name, one[0], two[0], {n: s for n, s in one.items() if n}, {n: s for n, s in two.items() if n},
-                 prefill[1], prefill[2], nodes)
+                 prefill[1], prefill[2], nodes, dtype=str(verifier.dtype).removeprefix("torch."))
 
 
 
