@@ -116,7 +116,11 @@ def test_the_committed_table_reads_scores_and_splits_unseen_requests(tmp_path, m
     score = {"request_id": "", "function_correct": True, "argument_rows": 2, "argument_correct": 2, "value_rows": 1,
              "value_correct": 1, "null_true_pos": 1, "null_predicted": 1, "null_reference": 1, "call_exact": True,
              "invalid_answers": 0, "latency_s": 1.0, "payload_bytes": 20, "rows": 3}
-    waves = [{"request_id": f"r{i}", "seen_in_training": i < 2,
+    call = {"name": "f", "arguments": {"a": 1}}
+    # r0, r2 and r4 are exact as the sidecar can express the call; at r4 the target also wrote an
+    # argument its tool's schema lacks, so the call as written differs
+    waves = [{"request_id": f"r{i}", "seen_in_training": i < 2, "payload": json.dumps([call]),
+              "reference": call if i < 4 else {"name": "f", "arguments": {"a": 1, "extra": "x"}},
               "score": {**score, "request_id": f"r{i}", "call_exact": i % 2 == 0, "latency_s": float(i)}}
              for i in range(5)]
     (out / "a--served.jsonl").write_text("".join(json.dumps(w) + "\n" for w in waves))
@@ -125,6 +129,7 @@ def test_the_committed_table_reads_scores_and_splits_unseen_requests(tmp_path, m
     row = committed_table().iloc[0]
     assert (row["requests"], row["unseen requests"]) == (5, 3)
     assert row["whole call"] == 0.6 and row["whole call (unseen)"] == round(2 / 3, 4)
+    assert row["as written"] == 0.4
     assert row["median wave s"] == 2.0 and row["machine"] == "AVX2, test cpu"
     (out / "a--served.json").write_text(json.dumps({"adapter": "a", "label": "served", "machine": {
         "cpu_capability": "AVX512", "cpu": "Intel(R) Xeon(R) Processor", "bf16_flag": "avx512_bf16"}}))

@@ -191,9 +191,28 @@ def _machine_cell(machine: dict[str, Any]) -> str:
     return f"{level}, {_cpu_name(machine['cpu'])}"
 
 
+def as_written(wave: dict[str, Any]) -> bool:
+    """A scored wave's call equals the target's call as the target wrote it, arguments outside the
+    tool's schema included. ``call_exact`` compares with the call as the sidecar can express it
+    (schema parameters only), which counts a request whose target adds an argument the schema lacks;
+    greedy verification accepts the hint's whole call only as written, which is what the bench's
+    hint-agreement table reads."""
+    if not wave["score"]["call_exact"] or not wave.get("payload"):
+        return False
+    payload = json.loads(wave["payload"])
+    call = payload[0] if isinstance(payload, list) else payload
+    reference = wave["reference"]
+    return call["name"] == reference["name"] and \
+        json.dumps(call["arguments"], sort_keys=True) == json.dumps(reference["arguments"], sort_keys=True)
+
+
+def _share(flags: list[bool]) -> float | None:
+    return round(sum(flags) / len(flags), 4) if flags else None
+
+
 def committed_table() -> "pd.DataFrame":
     """One row per committed adapter + decoding choice: n, function, values, whole call (all and
-    unseen-in-training requests), nulls where the target wrote a value, median wave time."""
+    unseen-in-training requests; `as_written` for all), median wave time."""
     import pandas as pd
 
     from ooospec.sidecar.metrics import RequestScore, summarize
@@ -208,6 +227,7 @@ def committed_table() -> "pd.DataFrame":
                      "function": scores["all"]["function_index_accuracy"],
                      "values": scores["all"]["argument_value_exact_match"],
                      "whole call": scores["all"]["whole_call_exact_match"],
+                     "as written": _share([as_written(w) for w in waves]),
                      "unseen requests": scores["unseen"]["requests"],
                      "whole call (unseen)": scores["unseen"]["whole_call_exact_match"],
                      "median wave s": scores["all"]["median_wave_latency_s"],
