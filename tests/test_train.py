@@ -5,7 +5,7 @@ import pytest
 
 from ooospec.models.tiny import tiny_model_and_tokenizer
 from ooospec.models.adapters import directory_sha256, freeze_adapter, load_frozen_adapter, read_frozen
-from ooospec.training.lora import (IGNORE_INDEX, Branch, LoraTrainConfig, TrainExample, Unit, attach_lora, batch_nll, completion_labels, length_groups, plan_steps, plan_units, save_loss_curve, shared_prefix_nll, train_lora)
+from ooospec.training.lora import (IGNORE_INDEX, Branch, LoraTrainConfig, TrainExample, Unit, attach_lora, batch_nll, completion_labels, frozen_linears_in_bf16, length_groups, plan_steps, plan_units, save_loss_curve, shared_prefix_nll, train_lora)
 
 torch.set_num_threads(1)
 
@@ -108,6 +108,33 @@ def test_tiny_lora_training_lowers_the_loss(tmp_path, autocast):
     assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:4]) / 4
     save_loss_curve(result.loss_log, tmp_path / "loss.json", tmp_path / "loss.png", "tiny")
     assert (tmp_path / "loss.png").stat().st_size > 1000
+
+
+def test_frozen_weights_held_in_bf16_give_the_same_loss_and_gradients_under_autocast():
+    """Casting a frozen weight once rounds as autocast's cast on every forward does; the tied head
+    gets its own copy (the embedding stays fp32) and every fp32 weight comes back on exit."""
+    model, tokenizer = tiny_model_and_tokenizer(seed=5)
+    assert model.lm_head.weight is model.get_input_embeddings().weight  # tied, as SmolLM2's
+    cfg = LoraTrainConfig(lr=1e-3, dropout=0.0, autocast="bf16")
+    model = attach_lora(model, cfg)
+    example = small_examples(tokenizer)[0]
+    fp32 = {name: p for name, p in model.named_parameters() if not p.requires_grad}
+
+    def loss_and_grads():
+        model.zero_grad(set_to_none=True)
+        with cfg.autocast_context():
+            loss = shared_prefix_nll(model, example.prefix_ids, example.branches, tokenizer.pad_token_id)
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in model.parameters() if p.requires_grad]
+
+    loss, grads = loss_and_grads()
+    with frozen_linears_in_bf16(model) as swapped:
+        assert swapped > 0 and model.get_input_embeddings().weight.dtype == torch.float32
+        assert model.base_model.model.lm_head.weight.dtype == torch.bfloat16
+        held_loss, held_grads = loss_and_grads()
+    assert held_loss == loss and all(torch.equal(a, b) for a, b in zip(grads, held_grads))
+    assert all(p is fp32[name] for name, p in model.named_parameters() if not p.requires_grad)
+    assert model.base_model.model.lm_head.weight is model.get_input_embeddings().weight
 
 
 def test_autocast_is_validated_and_kept_out_of_the_key_when_off():

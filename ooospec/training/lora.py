@@ -21,9 +21,10 @@ import json
 import math
 import random
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -309,6 +310,29 @@ def _trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+@contextmanager
+def frozen_linears_in_bf16(model: torch.nn.Module) -> Iterator[int]:
+    """Every frozen fp32 ``Linear`` weight held as a bf16 copy while the block runs; yields how many.
+
+    Under bf16 autocast a frozen weight is cast to bf16 on every forward (autocast caches the casts
+    of weights that require grad only): a fifth of a sidecar training step on a CPU with bf16
+    kernels. Casting once rounds the same way, so loss and gradients are bit-identical
+    (tests/test_train.py). A head tied to the input embedding (SmolLM2's) gets its own copy; the
+    embedding keeps fp32. The fp32 weights come back on exit, so merging and saving see them."""
+    swapped: list[tuple[torch.nn.Module, torch.nn.Parameter]] = []
+    try:
+        for module in model.modules():
+            weight = getattr(module, "weight", None)
+            if isinstance(module, torch.nn.Linear) and weight is not None and not weight.requires_grad \
+                    and weight.dtype == torch.float32:
+                swapped.append((module, weight))
+                module.weight = torch.nn.Parameter(weight.detach().to(torch.bfloat16), requires_grad=False)
+        yield len(swapped)
+    finally:
+        for module, weight in swapped:
+            module.weight = weight
+
+
 def _save_checkpoint(path: Path, model, optimizer, scheduler, step: int, log: list, elapsed: float) -> None:
     from peft import get_peft_model_state_dict
 
@@ -357,26 +381,27 @@ def train_lora(model: torch.nn.Module, examples: list[TrainExample], cfg: LoraTr
     tokens = sum(u.n_tokens for s in steps[:start] for u in s)
     bar = progress_bar(total=len(steps), initial=start, desc=desc, unit="step")
     end = len(steps) if stop_after is None else min(len(steps), stop_after)
-    for index in range(start, end):
-        units = steps[index]
-        n_target = sum(u.n_completion_tokens for u in units)
-        total = 0.0
-        for unit in units:
-            with cfg.autocast_context():
-                loss = unit_nll(model, unit, pad_id) / n_target
-            loss.backward()
-            total += loss.item()
-            tokens += unit.n_tokens
-        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        log.append({"step": index + 1, "loss": total, "completion_tokens": n_target, "tokens": tokens,
-                    "lr": scheduler.get_last_lr()[0], "elapsed_s": round(time.perf_counter() - t0, 3)})
-        bar.update(1)
-        bar.set_postfix(loss=f"{total:.3f}")
-        if ckpt is not None and ((index + 1) % cfg.checkpoint_every == 0 or index + 1 == end):
-            _save_checkpoint(ckpt, model, optimizer, scheduler, index + 1, log, time.perf_counter() - t0)
+    with frozen_linears_in_bf16(model) if cfg.autocast == "bf16" else nullcontext():
+        for index in range(start, end):
+            units = steps[index]
+            n_target = sum(u.n_completion_tokens for u in units)
+            total = 0.0
+            for unit in units:
+                with cfg.autocast_context():
+                    loss = unit_nll(model, unit, pad_id) / n_target
+                loss.backward()
+                total += loss.item()
+                tokens += unit.n_tokens
+            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            log.append({"step": index + 1, "loss": total, "completion_tokens": n_target, "tokens": tokens,
+                        "lr": scheduler.get_last_lr()[0], "elapsed_s": round(time.perf_counter() - t0, 3)})
+            bar.update(1)
+            bar.set_postfix(loss=f"{total:.3f}")
+            if ckpt is not None and ((index + 1) % cfg.checkpoint_every == 0 or index + 1 == end):
+                _save_checkpoint(ckpt, model, optimizer, scheduler, index + 1, log, time.perf_counter() - t0)
     bar.close()
     model.eval()
     seconds = time.perf_counter() - t0
