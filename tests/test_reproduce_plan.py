@@ -9,9 +9,11 @@ import yaml
 
 from ooospec.bench.methods import MethodSpec
 from ooospec.bench.config import notebook_parameters
+from ooospec.data.request import Request
 from ooospec.reproduce.time_plan import (Work, audit_work, bench_cells, bench_seconds, estimate, make_plan, makespan,
-                                         method_seconds, slice_seconds, write_plan)
-from ooospec.studies.machine_calibration import Speed, measure_speed
+                                         method_seconds, sidecar_seconds, slice_seconds, submitted_waves, write_plan)
+from ooospec.sidecar.specs import oracle_sidecar
+from ooospec.studies.machine_calibration import SidecarSpeed, Speed, measure_sidecar, measure_speed
 from ooospec.models.tiny import tiny_model_and_tokenizer, tiny_target
 
 TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
@@ -63,6 +65,62 @@ def test_the_estimate_counts_prefills_and_forwards():
     one = slice_seconds(["ar", "toolspec"], work, fast, requests=1, warmup=0)
     two = slice_seconds(["ar", "toolspec"], work, fast, requests=2, warmup=0)
     assert two - one == pytest.approx(1.0 + 2.0 + 1.5)  # the shared prefill once, then each method
+
+
+def test_a_slice_pays_each_distinct_sidecar_start_and_every_late_wave():
+    """The bench waits for an idle sidecar after each request, so a wave longer than its request is
+    paid in full; the gate submits five of twenty when every wave is late (2 in, 2 out, 1, 4 out, 1,
+    8 out, 1, 16 out...), its control (``every_wave``) all twenty."""
+    sidecar = SidecarSpeed(start_s=5.0, wave_s=3.0, waves=3)
+    gated, every = MethodSpec.parse("ooospec:static"), MethodSpec.parse("ooospec:static:every_wave")
+    assert submitted_waves(gated, 20) == 5 and submitted_waves(every, 20) == 20
+    request_s = {gated.name: 1.0, every.name: 1.0}
+    assert sidecar_seconds([gated, every], request_s, sidecar, 20) == pytest.approx(5.0 + 5 * 2.0 + 20 * 2.0)
+    on_time = {gated.name: 4.0, every.name: 4.0}
+    assert sidecar_seconds([gated, every], on_time, sidecar, 20) == pytest.approx(5.0)  # one sidecar, no wait
+    oracle, blocking = MethodSpec.parse("ooospec:oracle"), MethodSpec.parse("ooospec:blocking")
+    delayed = MethodSpec.parse("ooospec:delay=5:static")
+    others = {oracle.name: 1.0, blocking.name: 1.0, delayed.name: 1.0}
+    # three sidecars (the oracle, the bench's, a delayed one); only the delayed wave is late: 5 + 3 - 1
+    assert sidecar_seconds([oracle, blocking, delayed], others, sidecar, 1) == pytest.approx(3 * 5.0 + 7.0)
+    assert sidecar_seconds([MethodSpec.parse("ar"), MethodSpec.parse("toolspec")], {}, sidecar, 20) == 0.0
+
+
+def test_a_slice_with_a_calibrated_sidecar_adds_exactly_its_sidecar_seconds():
+    work = Work(400.0, 20.0, {"ar": 20.0, "pld": 10.0, "toolspec": 5.0})
+    fast = speed("qwen2.5-coder-0.5b", 0.1)
+    methods = ["ar", "toolspec", "ooospec:static", "ooospec:static:every_wave"]
+    sidecar = SidecarSpeed(start_s=4.0, wave_s=10.0, waves=3)
+    without = slice_seconds(methods, work, fast, requests=10, warmup=1)
+    specs = [MethodSpec.parse(m) for m in methods]
+    shared = work.prompt_tokens * fast.prefill_token_s
+    request_s = {s.name: method_seconds(s, work, fast) + (shared if s.shares_prefill else 0.0) for s in specs}
+    added = sidecar_seconds(specs, request_s, sidecar, 10)
+    assert added > 4.0  # its waves outlast the requests
+    assert slice_seconds(methods, work, fast, requests=10, warmup=1, sidecar=sidecar) == pytest.approx(without + added)
+
+
+def test_the_plan_counts_and_prints_the_sidecar_it_calibrated():
+    speeds = {t: speed(t, 0.02) for t in TARGETS}
+    sidecar = SidecarSpeed(start_s=8.0, wave_s=2.5, waves=3, calibrate_s=20.0)
+    before = make_plan(None, speeds, works(), {}, "fp32 on a test machine", params(), cores=2)
+    after = make_plan(None, speeds, works(), {}, "fp32 on a test machine", params(), cores=2, sidecar=sidecar)
+    stage = lambda plan, name: next(s.seconds for s in plan.full if s.stage == name)  # noqa: E731
+    for name in ("03_toolspec", "06_ablations"):
+        assert stage(after, name) > stage(before, name)
+    assert stage(after, "calibration") == pytest.approx(stage(before, "calibration") + 20.0)
+    assert after.to_dict()["sidecar"]["wave_s"] == 2.5
+    assert any(line.startswith("  sidecar: start 8.0 s, wave 2.50 s") for line in after.lines())
+
+
+def test_measure_sidecar_starts_a_process_and_times_its_waves():
+    tools = [{"name": "f", "description": "f", "parameters": {"type": "object", "properties": {}}}]
+    requests = [Request(f"r{i}", "test", "eval", [{"role": "user", "content": "x"}], tools, None) for i in range(3)]
+    measured = measure_sidecar(oracle_sidecar({}, wave_s=0.2), requests)
+    assert measured.waves == 2 and measured.start_s > 0
+    assert 0.2 <= measured.wave_s < 5.0 and measured.calibrate_s >= measured.start_s
+    with pytest.raises(ValueError, match="at least 2 requests"):
+        measure_sidecar(oracle_sidecar({}), requests[:1])
 
 
 def test_a_fast_machine_runs_the_full_plan():
@@ -164,8 +222,10 @@ def test_a_cores_what_if_prints_and_leaves_the_plan_files_alone(tmp_path, monkey
 
     monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path / "artifacts"))
     monkeypatch.setattr(time_plan, "calibrate", lambda target, profile: speed(target, 0.1))
+    monkeypatch.setattr(time_plan, "calibrate_sidecar", lambda profile: SidecarSpeed(5.0, 2.0, 3, 12.0))
     assert time_plan.main(["--cores", "16", "--minutes", "0"]) == 0
-    assert "reproduce plan on" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "reproduce plan on" in printed and "sidecar: start 5.0 s, wave 2.00 s" in printed
     assert not (tmp_path / "artifacts" / "reproduce-plan").exists()
     assert time_plan.main(["--cores", "8", "--out", str(tmp_path / "what-if")]) == 0
     assert yaml.safe_load((tmp_path / "what-if" / "06_ablations.yaml").read_text())["executor"] == "ray"

@@ -21,6 +21,12 @@ class SidecarKey:
     required_values: bool  # off only for the ``nullable`` ablation
 
 
+def sidecar_key(spec: MethodSpec, default_kind: str) -> SidecarKey:
+    """The sidecar ``spec`` decodes with (``default_kind``: the bench's); methods with equal keys share
+    one started sidecar, so a slice starts as many as it has distinct keys."""
+    return SidecarKey(spec.sidecar or default_kind, spec.placement, spec.delay_s, required_values=not spec.nullable)
+
+
 class SidecarPool:
     """One started `SidecarService` per distinct (kind, placement, delay), for one target."""
 
@@ -31,7 +37,7 @@ class SidecarPool:
         self.services: dict[SidecarKey, Any] = {}
 
     def key(self, spec: MethodSpec) -> SidecarKey:
-        return SidecarKey(spec.sidecar or self.plan.sidecar, spec.placement, spec.delay_s, required_values=not spec.nullable)
+        return sidecar_key(spec, self.plan.sidecar)
 
     def service(self, spec: MethodSpec) -> Any:
         if not spec.uses_sidecar:

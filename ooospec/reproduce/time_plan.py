@@ -5,9 +5,11 @@ The same notebooks take 51 minutes on the avx512_bf16 CPU and several hours on a
 bf16, and the step itself is slower). So, after the data chapter, `make reproduce` measures this
 machine (per target a one-row step, verify forwards around the tree budget the bench will choose
 and a prefill, on one and on two threads: about 4 minutes on the AVX2 CPU, most of it loading and
-the budget choice), multiplies those times by the work each chapter does (request counts from its
-parameters; output and prompt lengths and forwards per method from the committed lossless audit),
-and prints the estimate per stage. Where the estimate exceeds the budget, reductions are applied
+the budget choice; and the served sidecar's start and a few of its waves), multiplies those times
+by the work each chapter does (request counts from its parameters; output and prompt lengths and
+forwards per method from the committed lossless audit; a bench slice also pays each sidecar's
+start and, after each request, the rest of a wave that outlasts it), and prints the estimate per
+stage. Where the estimate exceeds the budget, reductions are applied
 in a fixed order, each with its reason, until it fits:
 
 1. PLD leaves the results bench (the paper evaluates no PLD; 03's committed audit still shows it);
@@ -53,7 +55,7 @@ from typing import Any
 from ooospec.bench.methods import MethodSpec, ablation_methods, budget_methods, wave_gate_methods
 from ooospec.bench.config import notebook_parameters
 from ooospec.paths import artifacts_dir
-from ooospec.studies.machine_calibration import PLAN_FILE, Speed, calibrate
+from ooospec.studies.machine_calibration import PLAN_FILE, SidecarSpeed, Speed, calibrate, calibrate_sidecar
 
 AUDIT_DIR = ("committed", "lossless-audit")
 MIN_REQUESTS = 10
@@ -115,6 +117,7 @@ class ReproducePlan:
     fits: bool = True
     cores: int = CELL_CORES  # the cores planned for (this process's, or the CLI's what-if)
     by_cores: list[CoresEstimate] = field(default_factory=list)
+    sidecar: SidecarSpeed | None = None  # the served sidecar's start and wave here (None: not calibrated)
 
     @property
     def slots(self) -> int:
@@ -159,6 +162,9 @@ class ReproducePlan:
             rows.append(f"  {speed.target}: step {speed.step_s * 1e3:.0f} ms, verify@{speed.nodes} "
                         f"{speed.verify() / speed.step_s:.1f}x, prefill {speed.prefill_token_s * 1e3:.1f} ms/token "
                         f"(measured in {speed.calibrate_s:.0f} s)")
+        if self.sidecar is not None:
+            rows.append(f"  sidecar: start {self.sidecar.start_s:.1f} s, wave {self.sidecar.wave_s:.2f} s "
+                        f"(median of {self.sidecar.waves}, measured in {self.sidecar.calibrate_s:.0f} s)")
         full = {s.stage: s for s in self.full}
         for stage in self.planned:
             before = full[stage.stage].seconds
@@ -241,16 +247,56 @@ def method_seconds(spec: MethodSpec, work: Work, speed: Speed, mat: dict[int, fl
 
 
 def slice_seconds(methods: list[str], work: Work, speed: Speed, requests: int, warmup: int,
-                  mat: dict[int, float] | None = None) -> float:
-    """A bench slice: the shared prefill once per request, every method's decode, the warm-up."""
+                  mat: dict[int, float] | None = None, sidecar: SidecarSpeed | None = None) -> float:
+    """A bench slice: the shared prefill once per request, every method's decode, the warm-up, and
+    with ``sidecar`` what the slice pays for its sidecars outside the timed decodes (`sidecar_seconds`)."""
     specs = [MethodSpec.parse(m) for m in methods]
-    shared = work.prompt_tokens * speed.prefill_token_s if any(s.shares_prefill for s in specs) else 0.0
-    per_request = shared + sum(method_seconds(s, work, speed, mat) for s in specs)
+    shared = work.prompt_tokens * speed.prefill_token_s
+    per_request = (shared if any(s.shares_prefill for s in specs) else 0.0) + sum(
+        method_seconds(s, work, speed, mat) for s in specs)
     short = replace(work, forwards={k: min(v, 16.0) for k, v in work.forwards.items()})
-    per_warmup = sum(method_seconds(s, short, speed, mat) + (0 if not s.shares_prefill else
-                                                               work.prompt_tokens * speed.prefill_token_s)
-                     for s in specs)
-    return requests * per_request + warmup * per_warmup + LOAD_S
+    per_warmup = sum(method_seconds(s, short, speed, mat) + (shared if s.shares_prefill else 0.0) for s in specs)
+    outside = 0.0
+    if sidecar is not None:
+        request_s = {s.name: method_seconds(s, work, speed, mat) + (shared if s.shares_prefill else 0.0) for s in specs}
+        outside = sidecar_seconds(specs, request_s, sidecar, requests)
+    return requests * per_request + warmup * per_warmup + LOAD_S + outside
+
+
+def sidecar_seconds(specs: list[MethodSpec], request_s: dict[str, float], sidecar: SidecarSpeed,
+                    requests: int) -> float:
+    """A slice's sidecar costs outside its timed decodes: one start per distinct sidecar
+    (`ooospec.bench.sidecars.sidecar_key`), and the wait after each request whose wave (with its
+    delay) outlasts the request (``request_s``: its prefill and decode), since the bench waits for
+    an idle sidecar before the next one. Where every wave is late, a gated method submits only what
+    `WaveGate` lets through. The oracle's waves are instant; a blocking method waits inside its decode."""
+    from ooospec.bench.sidecars import sidecar_key
+
+    starts = {sidecar_key(s, "slot") for s in specs if s.uses_sidecar}
+    waits = 0.0
+    for spec in specs:
+        if not spec.uses_sidecar or spec.blocking or spec.wave == "none":
+            continue
+        wave = spec.delay_s + (sidecar.wave_s if (spec.sidecar or "slot") in ("slot", "base_only") else 0.0)
+        late = wave - request_s[spec.name]
+        if late > 0:
+            waits += late * submitted_waves(spec, requests)
+    return len(starts) * sidecar.start_s + waits
+
+
+def submitted_waves(spec: MethodSpec, requests: int) -> int:
+    """Waves a run of ``requests`` submits when every wave is late: each one without the gate
+    (``every_wave``, the plain hint), else those `ooospec.decoding.wave_gate.WaveGate` lets through."""
+    from ooospec.decoding.wave_gate import WaveGate
+
+    if spec.every_wave or spec.plain_hint:
+        return requests
+    gate, submitted = WaveGate(), 0
+    for _ in range(requests):
+        if gate.submit():
+            submitted += 1
+            gate.record(in_time=False)
+    return submitted
 
 
 def counted(number: int, noun: str) -> str:
@@ -283,7 +329,8 @@ def makespan(seconds: list[float], slots: int) -> float:
 
 
 def bench_cells(params: dict[str, Any], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
-                mats: dict[str, dict[int, float]], methods: list[str] | None = None) -> list[float]:
+                mats: dict[str, dict[int, float]], methods: list[str] | None = None,
+                sidecar: SidecarSpeed | None = None) -> list[float]:
     """Seconds per bench cell (target x benchmark slice, as the sweep cuts a run), in the run's order."""
     methods = methods if methods is not None else params["methods"]
     cells = []
@@ -291,14 +338,15 @@ def bench_cells(params: dict[str, Any], speeds: dict[str, Speed], works: dict[st
         for benchmark in params["benchmarks"]:
             work = works[target].get(benchmark) or dev_work(works[target])
             cells.append(slice_seconds(methods, work, speeds[target], params["requests"], params["warmup"],
-                                       mats.get(target)))
+                                       mats.get(target), sidecar))
     return cells
 
 
 def bench_seconds(params: dict[str, Any], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
-                  mats: dict[str, dict[int, float]], methods: list[str] | None = None, slots: int = 1) -> float:
+                  mats: dict[str, dict[int, float]], methods: list[str] | None = None, slots: int = 1,
+                  sidecar: SidecarSpeed | None = None) -> float:
     """A bench run's wall time: its cells one after another, or their makespan on ``slots``."""
-    return makespan(bench_cells(params, speeds, works, mats, methods), slots)
+    return makespan(bench_cells(params, speeds, works, mats, methods, sidecar), slots)
 
 
 # the notebooks whose parameters the estimate reads
@@ -306,9 +354,11 @@ PLANNED_NOTEBOOKS = ("02_sidecar", "03_toolspec", "05_bench", "06_ablations", "0
 
 
 def sweep_seconds(methods: list[str], targets: list[str], requests: int, speeds: dict[str, Speed],
-                  works: dict[str, dict[str, Work]], mats: dict[str, dict[int, float]], warmup: int = 0) -> float:
-    """A budget sweep on dev requests."""
-    return sum(slice_seconds(methods, dev_work(works[t]), speeds[t], requests, warmup, mats.get(t)) for t in targets)
+                  works: dict[str, dict[str, Work]], mats: dict[str, dict[int, float]], warmup: int = 0,
+                  sidecar: SidecarSpeed | None = None) -> float:
+    """A sweep on dev requests (06's budgets, its wave gate)."""
+    return sum(slice_seconds(methods, dev_work(works[t]), speeds[t], requests, warmup, mats.get(t), sidecar)
+               for t in targets)
 
 
 def replay_seconds(replay_nodes: list[int], replay_requests: int | None = None) -> float:
@@ -359,15 +409,16 @@ def _dtype_factor(dtype: str, timed_in: str) -> float:
 
 
 def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
-             mats: dict[str, dict[int, float]], slots: int = 1) -> list[StageEstimate]:
+             mats: dict[str, dict[int, float]], slots: int = 1, sidecar: SidecarSpeed | None = None) -> list[StageEstimate]:
     """Seconds per notebook for the given notebook parameters (03/04/07 read 05's run, decoded in 03);
-    with ``slots`` > 1 the results and ablations benches run that many cells at once."""
+    with ``slots`` > 1 the results and ablations benches run that many cells at once; with
+    ``sidecar`` the benches pay their sidecars' starts and late waves (`sidecar_seconds`)."""
     qwen = speeds.get("qwen2.5-coder-0.5b") or next(iter(speeds.values()))
     qwen_work = dev_work(works.get(qwen.target) or next(iter(works.values())))
     prefill = qwen_work.prompt_tokens * qwen.prefill_token_s
     side = params["02_sidecar"]
-    sidecar = (SIDECAR_FIXED_S + side["mode_requests"] * SIDECAR_MODE_PREFILLS * prefill
-               + side["latency_requests"] * SIDECAR_LATENCY_PREFILLS * prefill)
+    chapter_02_s = (SIDECAR_FIXED_S + side["mode_requests"] * SIDECAR_MODE_PREFILLS * prefill
+                    + side["latency_requests"] * SIDECAR_LATENCY_PREFILLS * prefill)
     bench = params["05_bench"]
     studies = params["03_toolspec"]
     study_s = 0.0
@@ -378,27 +429,27 @@ def estimate(params: dict[str, dict[str, Any]], speeds: dict[str, Speed], works:
     ablation = params["06_ablations"]
     ablation_cells = len(ablation["targets"]) * len(ablation["benchmarks"])
     ablation_s = bench_seconds({**ablation, "methods": ablation_methods(ablation["ablations"], ablation["delays"])},
-                               speeds, works, mats, slots=slots)
+                               speeds, works, mats, slots=slots, sidecar=sidecar)
     if ablation["budgets"]:
         ablation_s += sweep_seconds(budget_methods(ablation["budgets"]), ablation["targets"],
-                                    ablation["budget_requests"], speeds, works, mats, ablation["warmup"])
+                                    ablation["budget_requests"], speeds, works, mats, ablation["warmup"], sidecar)
     ablation_s += replay_seconds(ablation.get("replay_nodes") or [], ablation.get("replay_requests"))
     gate_target = ablation.get("gate_target")
     if ablation.get("gate_requests") and gate_target in speeds:
         ablation_s += sweep_seconds(wave_gate_methods(), [gate_target], ablation["gate_requests"], speeds, works, mats,
-                                    ablation["warmup"])
+                                    ablation["warmup"], sidecar)
     n = bench["requests"]
     # 07 draws the wave schedules side by side: one request of the results bench's first target and
     # benchmark, each schedule beside ToolSpec on both cores, a run of its own
     schedules = ["toolspec:both_cores", *params.get("07_timelines", {}).get("schedules", [])]
     first = {**bench, "targets": bench["targets"][:1], "benchmarks": bench["benchmarks"][:1], "requests": 1, "warmup": 0}
-    timelines_s = bench_seconds(first, speeds, works, mats, schedules) if len(schedules) > 1 else 0.0
+    timelines_s = bench_seconds(first, speeds, works, mats, schedules, sidecar=sidecar) if len(schedules) > 1 else 0.0
     at_once = f"; {slots} cells at once" if slots > 1 else ""
     return [
         StageEstimate("00_data", 30.0, "build the splits"),
         StageEstimate("01_teacher", 15.0, "read the committed traces"),
-        StageEstimate("02_sidecar", sidecar, f"{side['mode_requests']} mode and {side['latency_requests']} latency requests"),
-        StageEstimate("03_toolspec", study_s + bench_seconds(bench, speeds, works, mats, slots=slots),
+        StageEstimate("02_sidecar", chapter_02_s, f"{side['mode_requests']} mode and {side['latency_requests']} latency requests"),
+        StageEstimate("03_toolspec", study_s + bench_seconds(bench, speeds, works, mats, slots=slots, sidecar=sidecar),
                       f"results bench: {counted(len(bench['targets']), 'target')} x "
                       f"{counted(len(bench['benchmarks']), 'benchmark')} x n={n} x "
                       f"{counted(len(bench['methods']), 'method')}{at_once}; verify-cost curve"),
@@ -496,32 +547,35 @@ def reductions(params: dict[str, dict[str, Any]], cell_seconds: dict[tuple[str, 
 def make_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
               mats: dict[str, dict[int, float]], arithmetic: str,
               params: dict[str, dict[str, Any]] | None = None, cores: int | None = None,
-              canonical: CanonicalCover | None = None) -> ReproducePlan:
+              canonical: CanonicalCover | None = None, sidecar: SidecarSpeed | None = None) -> ReproducePlan:
     """The plan for ``cores`` (default: this process's), with the totals for `WHAT_IF_CORES` beside it;
-    ``canonical``: the committed canonical run (`committed_canonical`), if any."""
+    ``canonical``: the committed canonical run (`committed_canonical`), if any; ``sidecar``: the
+    served sidecar's calibration (`calibrate_sidecar`), if any."""
     params = params or {nb: notebook_parameters(nb) for nb in PLANNED_NOTEBOOKS}
-    plan = fit_plan(minutes, speeds, works, mats, arithmetic, params, cores or machine_cores(), canonical)
+    plan = fit_plan(minutes, speeds, works, mats, arithmetic, params, cores or machine_cores(), canonical, sidecar)
     for count in WHAT_IF_CORES:
         other = plan if count == plan.cores else fit_plan(minutes, speeds, works, mats, arithmetic, params, count,
-                                                           canonical)
+                                                           canonical, sidecar)
         plan.by_cores.append(CoresEstimate(count, other.full_minutes, other.planned_minutes))
     return plan
 
 
 def fit_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, dict[str, Work]],
              mats: dict[str, dict[int, float]], arithmetic: str, params: dict[str, dict[str, Any]],
-             cores: int, canonical: CanonicalCover | None = None) -> ReproducePlan:
+             cores: int, canonical: CanonicalCover | None = None,
+             sidecar: SidecarSpeed | None = None) -> ReproducePlan:
     """The full plan if it fits ``minutes`` (or no budget), else the least reduction that does, each
     estimated on ``cores``; with more than one slot the bench notebooks get ``executor: ray``."""
     slots = cell_slots(cores)
-    measured = StageEstimate("calibration", sum(s.calibrate_s for s in speeds.values()),
-                             "measured: target loads and forwards")
+    measured = StageEstimate("calibration", sum(s.calibrate_s for s in speeds.values())
+                             + (sidecar.calibrate_s if sidecar else 0.0),
+                             "measured: target loads and forwards" + (", the sidecar's start and waves" if sidecar else ""))
 
     def estimate_all(chosen: dict[str, dict[str, Any]]) -> list[StageEstimate]:
-        return [measured] + estimate(chosen, speeds, works, mats, slots)
+        return [measured] + estimate(chosen, speeds, works, mats, slots, sidecar)
 
     full = estimate_all(params)
-    plan = ReproducePlan(minutes, arithmetic, list(speeds.values()), full, full, {}, cores=cores)
+    plan = ReproducePlan(minutes, arithmetic, list(speeds.values()), full, full, {}, cores=cores, sidecar=sidecar)
     if not minutes or plan.full_minutes <= minutes:
         plan.overrides = _overrides(params, with_executor(params, slots))
         return plan
@@ -529,7 +583,7 @@ def fit_plan(minutes: float | None, speeds: dict[str, Speed], works: dict[str, d
     chosen = params
     bench = params["05_bench"]
     cells = [(t, b) for t in bench["targets"] for b in bench["benchmarks"]]
-    cell_seconds = dict(zip(cells, bench_cells(bench, speeds, works, mats)))
+    cell_seconds = dict(zip(cells, bench_cells(bench, speeds, works, mats, sidecar=sidecar)))
     for reason, reduced in reductions(params, cell_seconds, canonical):
         for stated in ("n = ", RE_MEASURES):  # only the n and the cells that run are stated
             if reason.startswith(stated):
@@ -608,9 +662,10 @@ def main(argv: list[str] | None = None) -> int:
     targets = list(dict.fromkeys(params["05_bench"]["targets"] + params["03_toolspec"]["targets"]
                                  + params["08_arithmetic"]["targets"]))
     speeds = {t: calibrate(t, args.profile) for t in targets}
+    sidecar = calibrate_sidecar(args.profile)
     works = {t: audit_work(t, params["05_bench"]["max_new_tokens"]) for t in targets}
     plan = make_plan(args.minutes or None, speeds, works, committed_mats(),
-                     profile_arithmetic(args.profile).sentence(), params, args.cores, committed_canonical())
+                     profile_arithmetic(args.profile).sentence(), params, args.cores, committed_canonical(), sidecar)
     if args.out or args.cores is None:  # a what-if leaves the plan `make reproduce` runs alone
         write_plan(plan, args.out or artifacts_dir() / "reproduce-plan")
     print("\n".join(plan.lines()))

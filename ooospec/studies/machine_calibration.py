@@ -83,6 +83,62 @@ def measure_speed(target: Any, prompt: list[int], target_name: str, repeats: int
 
 
 
+@dataclass(frozen=True)
+class SidecarSpeed:
+    """The served sidecar on this machine: what a bench slice pays for it outside its timed decodes.
+
+    Each distinct sidecar of a slice is started once (a process, its model and adapter loaded), and
+    after each decode the bench waits for the sidecar to be idle, so a wave that outlasts its
+    request is paid in full (`ooospec.bench.runner`)."""
+
+    start_s: float  # process spawn to ready
+    wave_s: float  # median of the timed waves, the sidecar alone on one thread
+    waves: int  # waves timed (after one untimed, which warms its shapes up)
+    calibrate_s: float = 0.0
+
+
+SIDECAR_WAVES = 3  # dev requests whose waves are timed
+
+
+def calibrate_sidecar(profile: str, waves: int = SIDECAR_WAVES) -> SidecarSpeed | None:
+    """Start the profile's served sidecar and time its waves on the first dev requests (about 15 s
+    on the Xeon with amx_bf16); None where no sidecar adapter is trained."""
+    from ooospec.bench.plan import find_sidecar_adapter
+    from ooospec.data import load_split
+    from ooospec.sidecar.specs import slot_sidecar
+
+    adapter = find_sidecar_adapter(profile)
+    if adapter is None:
+        return None
+    return measure_sidecar(slot_sidecar(adapter, profile), load_split("dev")[:waves + 1])
+
+
+def measure_sidecar(spec: Any, requests: list[Any]) -> SidecarSpeed:
+    """Start ``spec`` as the bench does (a process, one thread), send ``requests`` one at a time and
+    time each wave from submission to result; the first is untimed. A wave that fails is refused:
+    a plan cannot be made from a sidecar that does not answer."""
+    from ooospec.sidecar.service import SidecarService
+
+    if len(requests) < 2:
+        raise ValueError(f"measure_sidecar: needs at least 2 requests (one untimed), got {len(requests)}")
+    started = time.perf_counter()
+    service = SidecarService(spec, placement="process", threads=1).start()
+    start_s = time.perf_counter() - started
+    times = []
+    try:
+        for request in requests:
+            begun = time.perf_counter()
+            result = service.submit(request).wait()
+            if result.error is not None:
+                raise RuntimeError(f"measure_sidecar: the sidecar's wave on {request.id} failed: {result.error}")
+            times.append(time.perf_counter() - begun)
+    finally:
+        service.stop()
+    timed = sorted(times[1:])
+    return SidecarSpeed(round(start_s, 3), round(timed[len(timed) // 2], 3), len(timed),
+                        round(time.perf_counter() - started, 1))
+
+
 def load_speed(target_name: str, plan_path: Path) -> Speed:
     """The target's calibrated forward times from a reproduce plan (`ooospec.reproduce.time_plan`)."""
     plan = json.loads(Path(plan_path).read_text())
