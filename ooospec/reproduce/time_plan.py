@@ -252,13 +252,13 @@ def slice_seconds(methods: list[str], work: Work, speed: Speed, requests: int, w
     with ``sidecar`` what the slice pays for its sidecars outside the timed decodes (`sidecar_seconds`)."""
     specs = [MethodSpec.parse(m) for m in methods]
     shared = work.prompt_tokens * speed.prefill_token_s
-    per_request = (shared if any(s.shares_prefill for s in specs) else 0.0) + sum(
-        method_seconds(s, work, speed, mat) for s in specs)
+    decode_s = {s.name: method_seconds(s, work, speed, mat) for s in specs}
+    per_request = (shared if any(s.shares_prefill for s in specs) else 0.0) + sum(decode_s.values())
     short = replace(work, forwards={k: min(v, 16.0) for k, v in work.forwards.items()})
     per_warmup = sum(method_seconds(s, short, speed, mat) + (shared if s.shares_prefill else 0.0) for s in specs)
     outside = 0.0
-    if sidecar is not None:
-        request_s = {s.name: method_seconds(s, work, speed, mat) + (shared if s.shares_prefill else 0.0) for s in specs}
+    if sidecar is not None:  # a request as its wave sees it: the shared prefill, then the decode
+        request_s = {s.name: decode_s[s.name] + (shared if s.shares_prefill else 0.0) for s in specs}
         outside = sidecar_seconds(specs, request_s, sidecar, requests)
     return requests * per_request + warmup * per_warmup + LOAD_S + outside
 

@@ -101,8 +101,8 @@ SIDECAR_WAVES = 3  # dev requests whose waves are timed
 
 
 def calibrate_sidecar(profile: str, waves: int = SIDECAR_WAVES) -> SidecarSpeed | None:
-    """Start the profile's served sidecar and time its waves on the first dev requests (about 15 s
-    on the Xeon with amx_bf16); None where no sidecar adapter is trained."""
+    """Start the profile's served sidecar and time its waves on the first dev requests (27 s on
+    the Xeon with amx_bf16, beside a training job: most of it the start); None where no sidecar adapter is trained."""
     from ooospec.bench.plan import find_sidecar_adapter
     from ooospec.data import load_split
     from ooospec.sidecar.specs import slot_sidecar
