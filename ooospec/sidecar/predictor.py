@@ -31,6 +31,7 @@ from ooospec.data.request import Call, Request
 from ooospec.models.context import PROMPT_TOO_LONG, model_context
 from ooospec.models.cache import expand_cache
 from ooospec.models.packed_linear import pack_linears
+from ooospec.sidecar.base_model import PROFILE_BASE
 from ooospec.sidecar.copy_values import CopySettings, SpanCopier, request_text, string_slot
 from ooospec.sidecar.join import DroppedSlot, join_rows
 from ooospec.sidecar.protocol import MODES, Prediction
@@ -112,6 +113,12 @@ def adapter_prompt(record: dict[str, Any], adapter_dir: Path | str) -> SlotPromp
     if config.to_dict() != prompt:
         raise AdapterPromptMismatch(f"{where}: prompt config {prompt} would be served as {config.to_dict()}")
     return config
+
+
+def adapter_base(record: dict[str, Any]) -> str:
+    """Which base an adapter was trained on (`SidecarConfig.base`): its weights only fit that one,
+    so the service loads what the record names (adapters from before the option: the profile's)."""
+    return (record.get("config") or {}).get("base", PROFILE_BASE)
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:
@@ -426,7 +433,7 @@ class SlotPredictor:
 
             model, tokenizer = tiny_model_and_tokenizer(seed=record["config"]["lora"].get("seed", 0))
         else:
-            model, tokenizer = load_sidecar_base(profile, record["num_layers"])
+            model, tokenizer = load_sidecar_base(profile, record["num_layers"], base=adapter_base(record))
         model = load_frozen_adapter(model, adapter_dir, merge=True)
         if packed:  # after the merge: the packed copy is of the final weights
             pack_linears(model)
@@ -446,7 +453,7 @@ class SlotWavePredictor:
             from ooospec.sidecar.base_model import load_sidecar_base
 
             record = read_frozen(Path(adapter_dir))
-            model, tokenizer = load_sidecar_base(profile, record["num_layers"])
+            model, tokenizer = load_sidecar_base(profile, record["num_layers"], base=adapter_base(record))
             pack_linears(model)
             self.predictor = SlotPredictor(model, tokenizer, adapter_prompt(record, adapter_dir),
                                            max_new_tokens=max_new_tokens, required_values=required_values,
