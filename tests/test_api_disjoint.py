@@ -181,3 +181,30 @@ def test_seen_in_training_is_drawn_from_the_adapters_own_training_side(monkeypat
     with pytest.raises(Drawn):
         disjoint_dev.trained_on({"config": asdict(PRESETS["disjoint"])}, tokenizer=None)
     assert asked == {"dev_split": "api_disjoint", "train": ["disjoint-train-side"]}
+
+
+def test_two_committed_scores_are_paired_only_on_one_machine_and_the_same_requests(tmp_path):
+    import json
+
+    from ooospec.training.disjoint_dev import UnpairedScores, whole_call_difference
+
+    xeon = {"cpu": "Intel Xeon", "cpu_capability": "AVX512", "bf16_kernels": True, "bf16_flag": "amx_bf16"}
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "bf16_kernels": False, "bf16_flag": "none"}
+
+    def commit(name, machine, exact):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"machine": machine}))
+        (tmp_path / f"{name}.jsonl").write_text("".join(
+            json.dumps({"request_id": f"r{i}", "score": {"call_exact": e}}) + "\n" for i, e in enumerate(exact)))
+
+    commit("served", xeon, [True, False, False, True] * 5)
+    commit("new", xeon, [True, True, False, True] * 5)
+    diff = whole_call_difference("served", "new", tmp_path)
+    assert diff.n == 20 and diff.point == pytest.approx(0.25) and diff.verdict == "higher"
+    commit("elsewhere", epyc, [True] * 20)
+    with pytest.raises(UnpairedScores, match="served .*elsewhere .*different machines"):
+        whole_call_difference("served", "elsewhere", tmp_path)
+    commit("fewer", xeon, [True] * 19)
+    with pytest.raises(UnpairedScores, match="differ in 1 requests"):
+        whole_call_difference("served", "fewer", tmp_path)
+    with pytest.raises(FileNotFoundError, match="missing"):
+        whole_call_difference("served", "missing", tmp_path)

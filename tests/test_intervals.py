@@ -69,3 +69,17 @@ def test_the_ceiling_says_whether_an_aim_is_within_reach():
     assert reach == ["out of reach", "within reach", "not shown"]
     assert table.loc[("t", "a"), "target wrote a call"] == 0.4
     assert table.loc[("t", "b"), "share of the oracle hint's gain"] == pytest.approx(0.5)
+
+
+def test_a_share_difference_counts_only_the_items_the_two_disagree_on():
+    from ooospec.report.intervals import paired_share_difference
+
+    same = [True, False] * 20
+    assert paired_share_difference(same, same).cell == "+0.000 [+0.000, +0.000]"
+    better = paired_share_difference(same, [True] * 40)  # right on 20 more of 40
+    assert better.point == pytest.approx(0.5) and better.low > 0 and better.verdict == "higher"
+    mixed = paired_share_difference(same, [not x for x in same])  # 20 won, 20 lost
+    assert mixed.point == 0 and mixed.low < 0 < mixed.high and mixed.verdict == "no difference shown"
+    assert paired_share_difference([True] * 40, same).verdict == "lower"
+    with pytest.raises(ValueError, match="equal-length"):
+        paired_share_difference([True], [True, False])

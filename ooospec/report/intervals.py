@@ -88,3 +88,52 @@ def paired_speedup(baseline_s: Sequence[float], method_s: Sequence[float], *,
     tail = (1.0 - confidence) / 2 * 100
     low, high = np.percentile(values, [tail, 100 - tail])
     return RatioInterval(point, float(low), float(high), len(base), statistic)
+
+
+@dataclass(frozen=True)
+class ShareDifference:
+    """How much more often one choice is right than another on the same items (a share of one
+    minus the other's), with its paired bootstrap interval; "higher" only when it excludes 0."""
+
+    point: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def verdict(self) -> str:
+        if self.n < MIN_REQUESTS:
+            return TOO_FEW
+        if self.low > 0.0:
+            return "higher"
+        if self.high < 0.0:
+            return "lower"
+        return "no difference shown"
+
+    @property
+    def cell(self) -> str:
+        """``+0.10 [+0.03, +0.17]``."""
+        return f"{self.point:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+
+    def __str__(self) -> str:
+        return f"{self.cell} (n={self.n})"
+
+
+def paired_share_difference(reference: Sequence[bool], candidate: Sequence[bool], *,
+                            resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95,
+                            seed: int = 0) -> ShareDifference:
+    """share(candidate) - share(reference) over the same items, items resampled in pairs (so an
+    item both get right, or both wrong, moves neither), as `paired_speedup` resamples requests."""
+    ref = np.asarray(reference, dtype=float)
+    new = np.asarray(candidate, dtype=float)
+    if ref.shape != new.shape or ref.ndim != 1:
+        raise ValueError(f"paired outcomes must be two equal-length lists, got {ref.shape} and {new.shape}")
+    if len(ref) == 0:
+        raise ValueError("no items to compare")
+    diff = new - ref
+    point = float(diff.mean())
+    rng = np.random.default_rng(seed)
+    values = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=-1)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return ShareDifference(point, float(low), float(high), len(diff))
