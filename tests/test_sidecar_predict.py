@@ -325,30 +325,40 @@ def test_a_calls_prompt_adapter_trains_in_sessions_and_is_served_with_its_own_pr
 def test_a_larger_base_is_trained_on_and_served_with_the_model_its_record_names(tmp_path, monkeypatch):
     """The size ablation's base is any model of the profile: the stage loads it by name, the frozen
     record keeps the name, and the served predictor loads that model again (an adapter fits only the
-    base it was trained on); records from before the option load the profile's sidecar_base."""
+    base it was trained on); records from before the option load the profile's sidecar_base, and a
+    base the profile lacks is refused naming the adapter, before any weight is loaded."""
+    import json
+
     import ooospec.models.loading as loading
-    from ooospec.sidecar.predictor import adapter_base
+    from ooospec.sidecar.predictor import AdapterBaseMissing, adapter_base
 
     monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(tmp_path))
     loaded: list[str] = []
 
-    def fake_load_model(name, profile="cpu", *, num_layers=None, dtype=None):
+    def fake_load_model(name, profile="cpu", *, num_layers=None, dtype=None):  # no weights: a tiny model
         loaded.append(name)
         return tiny_model_and_tokenizer(seed=0)
 
     monkeypatch.setattr(loading, "load_model", fake_load_model)
+    larger = "qwen2.5-coder-0.5b-instruct"  # a model of the cpu profile
     splits = {"train": [request(f"t{i}", c) for i, c in enumerate(["Paris", "Oslo"])], "dev": [request("d0", "Bern")]}
-    cfg = SidecarConfig(base="bigger-model", calls="gold", train_requests=2, dev_requests=None, max_new_tokens=4,
+    cfg = SidecarConfig(base=larger, calls="gold", train_requests=2, dev_requests=None, max_new_tokens=4,
                         lora=LoraTrainConfig(lr=1e-3).to_dict())
-    assert cfg.committed_name.endswith("-base-bigger-model")
+    assert cfg.committed_name.endswith(f"-base-{larger}")
     assert SidecarConfig().committed_name == "sidecar-cpu-kall" and "base" in SidecarConfig().key_config()
     run = train_sidecar(cfg, requests=splits, progress=lambda _: None)
-    assert loaded == ["bigger-model"] and run.record["config"]["base"] == "bigger-model"
-    assert run.record["base"]["model"] == "bigger-model"
+    assert loaded == [larger] and run.record["config"]["base"] == larger and run.record["base"]["model"] == larger
     SlotPredictor.from_frozen(run.adapter_dir, packed=False)
-    assert loaded == ["bigger-model", "bigger-model"]
+    assert loaded == [larger, larger]
     assert adapter_base({"config": {"lora": {}}}) == "profile" and adapter_base({}) == "profile"
     from ooospec.sidecar.base_model import load_sidecar_base
 
     load_sidecar_base("cpu", None)
     assert loaded[-1] == "sidecar_base"
+    record_file = run.adapter_dir / "FROZEN.json"
+    record = json.loads(record_file.read_text())
+    record["config"]["base"] = "no-such-model"
+    record_file.write_text(json.dumps(record))
+    with pytest.raises(AdapterBaseMissing, match=f"{run.adapter_dir}: trained on base 'no-such-model'"):
+        SlotPredictor.from_frozen(run.adapter_dir, packed=False)
+    assert len(loaded) == 3  # refused before loading

@@ -31,7 +31,7 @@ from ooospec.data.request import Call, Request
 from ooospec.models.context import PROMPT_TOO_LONG, model_context
 from ooospec.models.cache import expand_cache
 from ooospec.models.packed_linear import pack_linears
-from ooospec.sidecar.base_model import PROFILE_BASE
+from ooospec.sidecar.base_model import PROFILE_BASE, TINY_BASE
 from ooospec.sidecar.copy_values import CopySettings, SpanCopier, request_text, string_slot
 from ooospec.sidecar.join import DroppedSlot, join_rows
 from ooospec.sidecar.protocol import MODES, Prediction
@@ -115,10 +115,24 @@ def adapter_prompt(record: dict[str, Any], adapter_dir: Path | str) -> SlotPromp
     return config
 
 
-def adapter_base(record: dict[str, Any]) -> str:
+class AdapterBaseMissing(ValueError):
+    """A frozen adapter trained on a base model the profile does not have."""
+
+
+def adapter_base(record: dict[str, Any], adapter_dir: Path | str | None = None, profile: str | None = None) -> str:
     """Which base an adapter was trained on (`SidecarConfig.base`): its weights only fit that one,
-    so the service loads what the record names (adapters from before the option: the profile's)."""
-    return (record.get("config") or {}).get("base", PROFILE_BASE)
+    so the service loads what the record names (adapters from before the option: the profile's).
+    With ``profile``, a base the profile lacks is refused in one line naming the adapter, before
+    any weight is loaded."""
+    base = (record.get("config") or {}).get("base", PROFILE_BASE)
+    if profile is not None and base not in (PROFILE_BASE, TINY_BASE):
+        from ooospec.models.registry import resolve_profile
+
+        known = resolve_profile(profile).models
+        if base not in known:
+            raise AdapterBaseMissing(f"sidecar adapter {adapter_dir}: trained on base {base!r}, which profile "
+                                     f"{profile!r} does not have (its models: {sorted(known)})")
+    return base
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:
@@ -428,12 +442,13 @@ class SlotPredictor:
 
         record = read_frozen(adapter_dir)
         prompt = adapter_prompt(record, adapter_dir)  # before any weight is loaded
-        if record["config"].get("base") == "tiny":
+        base = adapter_base(record, adapter_dir, profile)
+        if base == TINY_BASE:
             from ooospec.models.tiny import tiny_model_and_tokenizer
 
             model, tokenizer = tiny_model_and_tokenizer(seed=record["config"]["lora"].get("seed", 0))
         else:
-            model, tokenizer = load_sidecar_base(profile, record["num_layers"], base=adapter_base(record))
+            model, tokenizer = load_sidecar_base(profile, record["num_layers"], base=base)
         model = load_frozen_adapter(model, adapter_dir, merge=True)
         if packed:  # after the merge: the packed copy is of the final weights
             pack_linears(model)
@@ -453,7 +468,8 @@ class SlotWavePredictor:
             from ooospec.sidecar.base_model import load_sidecar_base
 
             record = read_frozen(Path(adapter_dir))
-            model, tokenizer = load_sidecar_base(profile, record["num_layers"], base=adapter_base(record))
+            model, tokenizer = load_sidecar_base(profile, record["num_layers"],
+                                                 base=adapter_base(record, adapter_dir, profile))
             pack_linears(model)
             self.predictor = SlotPredictor(model, tokenizer, adapter_prompt(record, adapter_dir),
                                            max_new_tokens=max_new_tokens, required_values=required_values,
