@@ -314,6 +314,9 @@ def test_a_calls_prompt_adapter_trains_in_sessions_and_is_served_with_its_own_pr
     assert train_sidecar(cfg, requests=splits, progress=lambda _: None, stop_after=1) is None
     run = train_sidecar(cfg, requests=splits, progress=lambda _: None)
     assert run.reused is None and run.record["train"]["steps"] == run.record["train"]["planned_steps"] > 1
+    sessions = run.record["training_sessions"]  # which steps each session trained, and where
+    assert [s["steps"] for s in sessions] == ["1-1", f"2-{run.record['train']['steps']}"]
+    assert all(s["machine"] == sessions[0]["machine"] and s["train_s"] >= 0 for s in sessions)
     assert run.record["prompt"] == prompt.to_dict() and run.record["config"] == asdict(cfg)
     served = SlotPredictor(*tiny_model_and_tokenizer(seed=0), SlotPromptConfig(**run.record["prompt"]),
                            required_values=False)

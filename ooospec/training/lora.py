@@ -287,6 +287,8 @@ class TrainResult:
     tokens_per_s: float
     final_loss: float
     loss_log: list[dict[str, Any]] = field(default_factory=list)
+    resumed_at: int = 0  # steps a checkpoint already held when this call started
+    resumed_after_s: float = 0.0  # training seconds those steps took (``seconds`` includes them)
 
     @property
     def finished(self) -> bool:
@@ -408,7 +410,8 @@ def train_lora(model: torch.nn.Module, examples: list[TrainExample], cfg: LoraTr
     return TrainResult(steps=len(log), planned_steps=len(steps), examples=len(examples), tokens=tokens,
                        completion_tokens=sum(ex.n_completion_tokens for ex in examples) * cfg.epochs,
                        seconds=round(seconds, 2), tokens_per_s=round(tokens / max(seconds, 1e-9), 1),
-                       final_loss=_tail_mean(log), loss_log=log)
+                       final_loss=_tail_mean(log), loss_log=log, resumed_at=start,
+                       resumed_after_s=round(elapsed, 2))
 
 
 def _tail_mean(log: list[dict[str, Any]], window: int = 10) -> float:

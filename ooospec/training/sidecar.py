@@ -32,9 +32,10 @@ from ooospec.sidecar.predictor import SlotPredictor, encode
 from ooospec.sidecar.slots import CALLS_DIALOGUE, SlotPromptConfig, SlotRow, request_prefix
 from ooospec.training.slot_rows import (CallSelection, build_rows, calls_from_gold, calls_from_traces, row_counts,
                                         write_rows)
-from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, config_key
+from ooospec.stage import FrozenAssetMissing, Stage, append_jsonl, config_key, read_jsonl
 from ooospec.models.adapters import freeze_adapter, read_frozen, update_frozen_record
-from ooospec.training.lora import (AdapterRun, Branch, LoraTrainConfig, TrainExample, attach_lora, mean_completion_nll, save_loss_curve, train_lora)
+from ooospec.training.lora import (AdapterRun, Branch, LoraTrainConfig, TrainExample, TrainResult, attach_lora,
+                                   mean_completion_nll, save_loss_curve, train_lora)
 from ooospec.progress import progress_bar
 
 STAGE_NAME = "sidecar"
@@ -287,6 +288,29 @@ def load_base(cfg: SidecarConfig) -> tuple[torch.nn.Module, Any, dict[str, Any]]
     return model, tokenizer, info
 
 
+SESSIONS_FILE = "training_sessions.jsonl"  # in the stage: one line per session that trained steps
+
+
+def record_session(path: Path, result: TrainResult) -> None:
+    """Append which steps this session trained, at which code commit, on which machine and in how
+    many training seconds: a resumable run spans sessions (and commits), and its adapter's record
+    carries them all (`read_sessions`)."""
+    from ooospec.provenance import code_commit
+
+    if result.steps <= result.resumed_at:
+        return
+    append_jsonl(path, [{"steps": f"{result.resumed_at + 1}-{result.steps}", "of": result.planned_steps,
+                         "code_commit": code_commit(short=True), "machine": this_machine(),
+                         "threads": torch.get_num_threads(),
+                         "train_s": round(result.seconds - result.resumed_after_s, 1),
+                         "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z")}])
+
+
+def read_sessions(path: Path) -> list[dict[str, Any]]:
+    """The sessions `record_session` wrote, in order; [] when none was recorded."""
+    return list(read_jsonl(path)) if path.exists() else []
+
+
 def find_finished(cfg: SidecarConfig) -> AdapterRun | None:
     """A frozen adapter for exactly this config: the stage's own, else a committed one."""
     stage = Stage(STAGE_NAME, cfg.key_config())
@@ -423,6 +447,7 @@ def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None 
         progress(f"sidecar: starting from {shown(start.adapter_dir)} (sha256 {start.record['sha256'][:12]})")
     result = train_lora(model, train_examples, lora, tokenizer.pad_token_id, work_dir=stage.dir, desc="sidecar lora",
                         stop_after=stop_after)
+    record_session(stage.path(SESSIONS_FILE), result)
     if not result.finished:
         progress(f"sidecar: stopped after step {result.steps} of {result.planned_steps}; "
                  f"the next run resumes from {shown(stage.path('checkpoint.pt'))}")
@@ -432,7 +457,7 @@ def train_sidecar(cfg: SidecarConfig, requests: dict[str, list[Request]] | None 
     record = {
         "name": cfg.committed_name, "config": asdict(cfg), "config_key": cfg.key(), "num_layers": base_info["num_layers"],
         "prompt": prompt.to_dict(), "base": base_info, "calls_origin": origins, "row_counts": counts,
-        "train": result.to_dict(),
+        "train": result.to_dict(), "training_sessions": read_sessions(stage.path(SESSIONS_FILE)),
         "started_from": None if start is None else {"name": start.record["name"], "sha256": start.record["sha256"],
                                                     "dev_metrics": start.dev_metrics}, "provenance": _provenance(),
     }
