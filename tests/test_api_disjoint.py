@@ -186,7 +186,7 @@ def test_seen_in_training_is_drawn_from_the_adapters_own_training_side(monkeypat
 def test_two_committed_scores_are_paired_only_on_one_machine_and_the_same_requests(tmp_path):
     import json
 
-    from ooospec.training.disjoint_dev import UnpairedScores, whole_call_difference
+    from ooospec.report.sidecar_choices import UnpairedScores, whole_call_difference
 
     xeon = {"cpu": "Intel Xeon", "cpu_capability": "AVX512", "bf16_kernels": True, "bf16_flag": "amx_bf16"}
     epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "bf16_kernels": False, "bf16_flag": "none"}

@@ -25,7 +25,6 @@ from ooospec.data.request import Call, Request
 from ooospec.models.adapters import read_frozen
 from ooospec.paths import shown
 from ooospec.progress import progress_bar
-from ooospec.report.intervals import ShareDifference, paired_share_difference
 from ooospec.sidecar.copy_values import CopySettings
 from ooospec.sidecar.metrics import rescore, score_to_dict, score_wave
 from ooospec.sidecar.predictor import REQUIRED_VALUES, SlotPredictor
@@ -185,7 +184,7 @@ def _cpu_name(cpu: str) -> str:
     return " ".join(cpu.replace("(R)", "").replace("(TM)", "").split()[:2])
 
 
-def _machine_cell(machine: dict[str, Any]) -> str:
+def machine_cell(machine: dict[str, Any]) -> str:
     """``AVX2, AMD EPYC``; ``AVX512 (avx512_bf16), Intel Xeon`` where the CPU's bf16 flag was recorded."""
     flag = machine.get("bf16_flag")
     level = machine["cpu_capability"] + (f" ({flag})" if flag not in (None, "none", "unknown") else "")
@@ -232,48 +231,7 @@ def committed_table() -> "pd.DataFrame":
                      "unseen requests": scores["unseen"]["requests"],
                      "whole call (unseen)": scores["unseen"]["whole_call_exact_match"],
                      "median wave s": scores["all"]["median_wave_latency_s"],
-                     "machine": _machine_cell(info["machine"])})
-    return pd.DataFrame(rows)
-
-
-class UnpairedScores(ValueError):
-    """Two committed scores that do not cover the same requests on one machine: never compared."""
-
-
-def whole_call_difference(reference: str, candidate: str, directory: Path | None = None) -> ShareDifference:
-    """Whole-call agreement of ``candidate`` minus ``reference`` (committed score names, e.g.
-    ``sidecar-cpu-kall-pass2--served+fill--amx_bf16``), paired over their requests, with its bootstrap
-    interval: the rules' "higher" read with its uncertainty. Refused (both names) when the two were
-    scored on different machines or different requests."""
-    directory = committed_dir() if directory is None else directory
-    loaded = {}
-    for name in (reference, candidate):
-        path = directory / f"{name}.json"
-        if not path.exists():
-            raise FileNotFoundError(f"no committed dev scores {shown(path)}")
-        info = json.loads(path.read_text())
-        loaded[name] = (info["machine"], {w["request_id"]: w["score"]["call_exact"]
-                                          for w in read_jsonl(path.with_suffix(".jsonl"))})
-    (ref_machine, ref), (new_machine, new) = loaded[reference], loaded[candidate]
-    if not same_machine(ref_machine, new_machine):
-        raise UnpairedScores(f"{reference} ({_machine_cell(ref_machine)}) and {candidate} "
-                             f"({_machine_cell(new_machine)}) were scored on different machines")
-    if set(ref) != set(new):
-        raise UnpairedScores(f"{reference} ({len(ref)} requests) and {candidate} ({len(new)}) "
-                             f"differ in {len(set(ref) ^ set(new))} requests")
-    ids = sorted(ref)
-    return paired_share_difference([ref[i] for i in ids], [new[i] for i in ids])
-
-
-def difference_table(reference: str, candidates: list[str]) -> "pd.DataFrame":
-    """One row per candidate: its whole-call agreement minus the reference's, interval, verdict."""
-    import pandas as pd
-
-    rows = []
-    for name in candidates:
-        diff = whole_call_difference(reference, name)
-        rows.append({"candidate": name, "against": reference, "requests": diff.n,
-                     "whole call difference [95% CI]": diff.cell, "verdict": diff.verdict})
+                     "machine": machine_cell(info["machine"])})
     return pd.DataFrame(rows)
 
 
