@@ -5,7 +5,7 @@ import pytest
 
 from ooospec.models.tiny import tiny_model_and_tokenizer
 from ooospec.models.adapters import directory_sha256, freeze_adapter, load_frozen_adapter, read_frozen
-from ooospec.training.lora import (IGNORE_INDEX, Branch, LoraTrainConfig, TrainExample, Unit, attach_lora, batch_nll, completion_labels, frozen_linears_in_bf16, length_groups, plan_steps, plan_units, save_loss_curve, shared_prefix_nll, train_lora)
+from ooospec.training.lora import (IGNORE_INDEX, Branch, LoraTrainConfig, TrainExample, Unit, attach_lora, batch_nll, completion_labels, frozen_linears_in_bf16, length_groups, plan_steps, plan_units, save_loss_curve, shared_prefix_nll, step_line, train_lora)
 
 torch.set_num_threads(1)
 
@@ -164,6 +164,33 @@ def test_interrupted_training_resumes_to_the_same_adapter(tmp_path):
     for name, param in model.named_parameters():
         if param.requires_grad:
             torch.testing.assert_close(param, expected[name])
+
+
+def test_a_training_logged_to_a_file_says_where_it_is(tmp_path, capsys, monkeypatch):
+    """No bar without a terminal, so a line per checkpoint (and at the end of a session) instead;
+    none where OOOSPEC_NO_PROGRESS is set (a chapter under papermill)."""
+    from ooospec.progress import NO_PROGRESS_ENV
+
+    cfg = LoraTrainConfig(lr=1e-2, dropout=0.0, step_completion_tokens=1, epochs=3, checkpoint_every=2)
+    model, tokenizer = tiny_model_and_tokenizer(seed=3)
+    model = attach_lora(model, cfg)
+    monkeypatch.delenv(NO_PROGRESS_ENV, raising=False)
+    part = train_lora(model, small_examples(tokenizer), cfg, tokenizer.pad_token_id, work_dir=tmp_path, desc="tiny",
+                      stop_after=3)
+    lines = capsys.readouterr().err.splitlines()
+    planned = part.planned_steps
+    assert [line.split(",")[0] for line in lines] == [f"tiny: step 2 of {planned}", f"tiny: step 3 of {planned}"]
+    assert all(line.endswith("left, checkpoint saved") for line in lines)
+    monkeypatch.setenv(NO_PROGRESS_ENV, "1")
+    train_lora(model, small_examples(tokenizer), cfg, tokenizer.pad_token_id, work_dir=tmp_path, desc="tiny")
+    assert capsys.readouterr().err == ""
+
+
+def test_step_line_reads_the_pace_across_a_resume():
+    log = [{"step": i, "loss": 0.5, "elapsed_s": 40.0 * i} for i in range(1, 151)]  # cumulative training seconds
+    line = step_line("sidecar lora", log, 342, 25)
+    assert line == "sidecar lora: step 150 of 342, loss 0.500 (last 25), 40.0 s a step, about 2.1 h left"
+    assert step_line("t", log[:3], 5, 25, saved=True) == "t: step 3 of 5, loss 0.500 (last 3), 40.0 s a step, about 1 min left, checkpoint saved"
 
 
 def test_frozen_adapter_verifies_its_sha256(tmp_path):

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ooospec.models.cache import expand_cache
-from ooospec.progress import progress_bar
+from ooospec.progress import log_line, progress_bar
 
 IGNORE_INDEX = -100
 
@@ -402,8 +402,10 @@ def train_lora(model: torch.nn.Module, examples: list[TrainExample], cfg: LoraTr
                         "lr": scheduler.get_last_lr()[0], "elapsed_s": round(time.perf_counter() - t0, 3)})
             bar.update(1)
             bar.set_postfix(loss=f"{total:.3f}")
-            if ckpt is not None and ((index + 1) % cfg.checkpoint_every == 0 or index + 1 == end):
-                _save_checkpoint(ckpt, model, optimizer, scheduler, index + 1, log, time.perf_counter() - t0)
+            if (index + 1) % cfg.checkpoint_every == 0 or index + 1 == end:
+                if ckpt is not None:
+                    _save_checkpoint(ckpt, model, optimizer, scheduler, index + 1, log, time.perf_counter() - t0)
+                log_line(step_line(desc, log, len(steps), cfg.checkpoint_every, saved=ckpt is not None))
     bar.close()
     model.eval()
     seconds = time.perf_counter() - t0
@@ -412,6 +414,23 @@ def train_lora(model: torch.nn.Module, examples: list[TrainExample], cfg: LoraTr
                        seconds=round(seconds, 2), tokens_per_s=round(tokens / max(seconds, 1e-9), 1),
                        final_loss=_tail_mean(log), loss_log=log, resumed_at=start,
                        resumed_after_s=round(elapsed, 2))
+
+
+def step_line(desc: str, log: list[dict[str, Any]], planned: int, window: int, saved: bool = False) -> str:
+    """Where a training is, for its log: step, mean loss and seconds a step over the last ``window``
+    steps, time left at that pace. ``elapsed_s`` counts training seconds from step 0 across resumed
+    sessions (the checkpoint carries it), so the window may span a resume."""
+    recent = log[-window:]
+    before = log[-window - 1]["elapsed_s"] if len(log) > window else 0.0
+    per_step = (recent[-1]["elapsed_s"] - before) / len(recent)
+    left = (planned - recent[-1]["step"]) * per_step
+    loss = sum(e["loss"] for e in recent) / len(recent)
+    return (f"{desc}: step {recent[-1]['step']} of {planned}, loss {loss:.3f} (last {len(recent)}), "
+            f"{per_step:.1f} s a step, about {_duration(left)} left" + (", checkpoint saved" if saved else ""))
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
 def _tail_mean(log: list[dict[str, Any]], window: int = 10) -> float:
