@@ -424,8 +424,7 @@ def step_line(desc: str, log: list[dict[str, Any]], planned: int, window: int, s
     before = log[-window - 1]["elapsed_s"] if len(log) > window else 0.0
     per_step = (recent[-1]["elapsed_s"] - before) / len(recent)
     left = (planned - recent[-1]["step"]) * per_step
-    loss = sum(e["loss"] for e in recent) / len(recent)
-    return (f"{desc}: step {recent[-1]['step']} of {planned}, loss {loss:.3f} (last {len(recent)}), "
+    return (f"{desc}: step {recent[-1]['step']} of {planned}, loss {_tail_mean(log, window):.3f} (last {len(recent)}), "
             f"{per_step:.1f} s a step, about {_duration(left)} left" + (", checkpoint saved" if saved else ""))
 
 
