@@ -83,13 +83,20 @@ def adapter_stage(record: dict[str, Any], run: CanonicalRun, profile: str) -> St
                               "machine": this_machine()})
 
 
-def score_adapter(adapter_dir: Path, profile: str = "cpu", limit: int | None = None) -> list[dict[str, Any]]:
-    """One wave per canonical request with a target call (as served: every slot filled), each
-    scored; resumable by request. Returns the stored lines of the scored requests."""
+def committed_run() -> CanonicalRun:
+    """The committed canonical run (its files checked once); a clear error where none is committed."""
     run = load_canonical()
     if run is None:
         raise FileNotFoundError("no canonical run is committed (artifacts/committed/canonical/manifest.json): "
                                 "this study scores hints on its requests")
+    return run
+
+
+def score_adapter(adapter_dir: Path, profile: str = "cpu", limit: int | None = None,
+                  run: CanonicalRun | None = None) -> list[dict[str, Any]]:
+    """One wave per canonical request with a target call (as served: every slot filled), each
+    scored; resumable by request. Returns the stored lines of the scored requests."""
+    run = run or committed_run()
     record = read_frozen(Path(adapter_dir))
     todo_all = requests_with_calls(run, profile=profile)[:limit]
     out = adapter_stage(record, run, profile).path("waves.jsonl")
@@ -115,15 +122,15 @@ def commit_scores(adapter_dir: Path, profile: str = "cpu") -> Path:
     from ooospec.training.sidecar import _provenance
 
     record = read_frozen(Path(adapter_dir))
-    waves = score_adapter(adapter_dir, profile)
-    run = load_canonical()
+    run = committed_run()
+    waves = score_adapter(adapter_dir, profile, run=run)
     out = committed_dir()
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{record['name']}.jsonl.tmp").unlink(missing_ok=True)
     append_jsonl(out / f"{record['name']}.jsonl.tmp", waves)
     (out / f"{record['name']}.jsonl.tmp").replace(out / f"{record['name']}.jsonl")
     provenance = {"adapter": record["name"], "adapter_sha256": record["sha256"], "profile": profile,
-                  "target": TARGET, "canonical_code_commit": run.provenance["code_commit"] if run else None,
+                  "target": TARGET, "canonical_code_commit": run.provenance["code_commit"],
                   "requests": len(waves), "code_commit": code_commit(),
                   "made_by": "ooospec.studies.sidecar_on_benchmarks", **_provenance()}
     (out / f"{record['name']}.json").write_text(json.dumps(provenance, indent=2) + "\n")
