@@ -25,6 +25,15 @@ export OOOSPEC_PROFILE := $(PROFILE)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# KERNELS=avx2 caps torch's and oneDNN's kernels at AVX2 (fp32; bf16 would be emulated): the AVX2
+# kind's arithmetic on a newer CPU, at that CPU's speed; records name the cap
+KERNELS ?=
+ifeq ($(KERNELS),avx2)
+export ATEN_CPU_CAPABILITY := avx2
+export ONEDNN_MAX_CPU_ISA := AVX2
+else ifneq ($(KERNELS),)
+$(error KERNELS=$(KERNELS): only avx2 (or empty, this CPU's own kernels) is known)
+endif
 
 .PHONY: setup data models reproduce notebooks book sweep test unit smoke clean distclean browser help retrace plan canonical
 

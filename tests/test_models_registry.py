@@ -145,3 +145,5 @@ def test_the_machine_names_bf16_instructions_only_where_the_cpu_has_them():
     assert Arithmetic.from_dict(base).machine() == "a 2-core avx512_bf16 CPU (Xeon)"  # an older record
     fp32 = {**base, "dtype": "float32", "cpu_capability": "AVX2", "bf16_kernels": False}
     assert Arithmetic(**fp32, bf16_flag="none").machine() == "a 2-core AVX2 CPU (Xeon)"
+    assert Arithmetic(**fp32, bf16_flag="avx512_bf16").machine() == (  # make KERNELS=avx2
+        "a 2-core AVX2 CPU (Xeon; kernels capped at AVX2 on a CPU with avx512_bf16)")

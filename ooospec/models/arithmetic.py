@@ -120,7 +120,10 @@ class Arithmetic:
         if self.device.startswith("cuda"):
             return f"a CUDA device ({self.device})"
         emulated = self.bf16_kernels and self.bf16_flag == "none"
+        capped = not self.bf16_kernels and self.bf16_flag in ("amx_bf16", "avx512_bf16")
         note = "; bf16 in oneDNN's avx512_core kernels, without bf16 instructions" if emulated else ""
+        if capped:  # `make KERNELS=avx2`: a newer CPU running the AVX2 kind's kernels, at its own speed
+            note = f"; kernels capped at {self.cpu_capability} on a CPU with {self.bf16_flag}"
         return f"a {self.cores}-core {self.kernels_label()} CPU ({self.cpu}{note})"
 
     def kernels_label(self) -> str:

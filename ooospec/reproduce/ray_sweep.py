@@ -58,7 +58,8 @@ EXECUTORS = ("local", "ray")
 # driver settings a task must see too (a local Ray instance's workers inherit the environment of
 # the moment Ray started, not of the moment a task is submitted)
 FORWARDED_ENV = ("OOOSPEC_ARTIFACTS", "OOOSPEC_RAW_DATA", "OOOSPEC_PROFILE", "HF_HUB_OFFLINE",
-                 "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")
+                 "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
+                 "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")  # `make KERNELS=avx2`
 LOCK_DIR = Path(tempfile.gettempdir()) / "ooospec-cores"
 
 
