@@ -52,3 +52,11 @@ def test_adapters_scored_on_different_requests_are_refused(tmp_path):
         agreement_table("served", "larger", tmp_path)
     with pytest.raises(FileNotFoundError, match="no committed benchmark scores of adapter missing"):
         agreement_table("served", "missing", tmp_path)
+
+
+def test_a_limited_run_is_never_committed(tmp_path, capsys):
+    from ooospec.studies.sidecar_on_benchmarks import main
+
+    with pytest.raises(SystemExit):
+        main(["--adapter", str(tmp_path), "--limit", "3", "--commit"])
+    assert "--limit and --commit together" in capsys.readouterr().err

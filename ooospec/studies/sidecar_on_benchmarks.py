@@ -175,9 +175,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Score an adapter's hint on the canonical run's benchmark requests.")
     parser.add_argument("--adapter", required=True, type=Path, help="a frozen adapter folder")
     parser.add_argument("--profile", default="cpu")
-    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--limit", type=int, default=None, help="score only the first N requests (not with --commit)")
     parser.add_argument("--commit", action="store_true", help="copy the finished scores to artifacts/committed/")
     args = parser.parse_args(argv)
+    if args.commit and args.limit is not None:  # committed scores cover every request with a call
+        parser.error("--limit and --commit together: committed scores cover every request, so a limited run is not committed")
     waves = commit_scores(args.adapter, args.profile) if args.commit else None
     lines = list(read_jsonl(waves)) if waves else score_adapter(args.adapter, args.profile, args.limit)
     for benchmark in sorted({w["benchmark"] for w in lines}):
