@@ -38,8 +38,10 @@ def glue_markdown(key: str, text: str) -> None:
     from markdown_it import MarkdownIt
     from myst_nb import glue
 
-    # commonmark leaves GitHub tables off; the book's own parser (MyST) has them on
-    glue(key, HTML(MarkdownIt("commonmark").enable("table").render(text)), display=False)
+    # commonmark leaves GitHub tables off; the book's own parser (MyST) has them on. The theme styles
+    # a table by its class (rules, padding), as it does the book's own tables
+    html = MarkdownIt("commonmark").enable("table").render(text).replace("<table>", '<table class="table">')
+    glue(key, HTML(html), display=False)
 
 
 if __name__ == "__main__":

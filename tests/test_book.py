@@ -129,7 +129,7 @@ def test_markdown_tables_reach_the_page_as_tables(built_book: Path):
     intro = (html / "intro.html").read_text().split('id="main-content"', 1)[-1]
     assert '<section id="what-the-artifact-found">' in intro, "intro.html: no section 'What the artifact found'"
     found = intro.split('<section id="what-the-artifact-found">', 1)[1].split("</section>", 1)[0]
-    assert "<table" in found, "intro.html: the verdict's table is missing"
+    assert '<table class="table"' in found, "intro.html: the verdict's table is missing or unstyled"
 
 
 WIDTH_PROBE = """<script>
