@@ -36,6 +36,18 @@ def scored_ar_outputs(records: Iterable[dict[str, Any]], profile: str = "cpu") -
             for r, request, surface in ar_outputs(records, profile)]
 
 
+def ar_first_calls(records: Iterable[dict[str, Any]], profile: str = "cpu") -> list[tuple[dict[str, Any], Any, Any]]:
+    """Each AR record (`ar_outputs`) with its request and the target's first call as parsed in its
+    frozen surface (a `Call`), or None where the output holds no call: what a hint is scored against."""
+    from ooospec.report.accuracy import parse_calls
+
+    out = []
+    for r, request, surface in ar_outputs(records, profile):
+        calls, _ = parse_calls(request, r["text"], surface)
+        out.append((r, request, calls[0] if calls else None))
+    return out
+
+
 def output_accuracy(records: Iterable[dict[str, Any]], profile: str = "cpu") -> pd.DataFrame:
     """What is being accelerated: parse rate, name match, exact match (API-Bank, ToolAlpaca) or
     BFCL's own checker, per target x benchmark (`scored_ar_outputs`)."""

@@ -49,18 +49,16 @@ def hint_agreement(records: Iterable[dict[str, Any]], profile: str = "cpu", meth
     output holds a call, the share with a hint ready before the request finished, and, where both
     exist, the hint's function, argument values (share of the target's values) and whole call
     equal to the target's first call."""
-    from ooospec.report.accuracy import parse_calls
-    from ooospec.report.ar_accuracy import ar_outputs
+    from ooospec.report.ar_accuracy import ar_first_calls
+
+    def key(r: dict[str, Any]) -> tuple[str, str, str]:
+        return r["target"], r["benchmark"], r["request_id"]
 
     records = list(records)
-    hints = {(r["target"], r["benchmark"], r["request_id"]): r.get("hint") for r in records if r["method"] == method}
+    hints = {key(r): r.get("hint") for r in records if r["method"] == method}
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r, request, surface in ar_outputs(records, profile):
-        key = (r["target"], r["benchmark"], r["request_id"])
-        if key not in hints:
-            continue
-        calls, _ = parse_calls(request, r["text"], surface)
-        cells.setdefault(key[:2], []).append(agreement_row(hints[key], calls[0] if calls else None))
+    for r, _, call in ar_first_calls([r for r in records if r["method"] == "ar" and key(r) in hints], profile):
+        cells.setdefault(key(r)[:2], []).append(agreement_row(hints[key(r)], call))
     rows = []
     for (target, benchmark), group in cells.items():
         both = [g for g in group if g["function"] is not None]

@@ -31,7 +31,7 @@ from ooospec.report.canonical import CanonicalRun, load_canonical
 from ooospec.report.hint_check import agreement_row
 from ooospec.report.intervals import paired_share_difference
 from ooospec.sidecar.predictor import SlotPredictor
-from ooospec.stage import Stage, append_jsonl, read_jsonl
+from ooospec.stage import Stage, append_jsonl, read_jsonl, write_jsonl
 from ooospec.training.sidecar import this_machine
 
 if TYPE_CHECKING:
@@ -54,15 +54,10 @@ class BenchmarkRequest:
 def requests_with_calls(run: CanonicalRun, target: str = TARGET, profile: str = "cpu") -> list[BenchmarkRequest]:
     """The canonical run's requests of ``target`` whose AR output holds a call, in the run's order
     (a hint cannot help prose, so the others are not scored)."""
-    from ooospec.report.accuracy import parse_calls
-    from ooospec.report.ar_accuracy import ar_outputs
+    from ooospec.report.ar_accuracy import ar_first_calls
 
-    out = []
-    for record, request, surface in ar_outputs([r for r in run.records if r["target"] == target], profile):
-        calls, _ = parse_calls(request, record["text"], surface)
-        if calls:
-            out.append(BenchmarkRequest(record["benchmark"], request, calls[0]))
-    return out
+    return [BenchmarkRequest(record["benchmark"], request, call) for record, request, call
+            in ar_first_calls([r for r in run.records if r["target"] == target], profile) if call is not None]
 
 
 def scored_wave(wave: dict[str, Any], target_call: Call) -> dict[str, bool]:
@@ -125,10 +120,7 @@ def commit_scores(adapter_dir: Path, profile: str = "cpu") -> Path:
     run = committed_run()
     waves = score_adapter(adapter_dir, profile, run=run)
     out = committed_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{record['name']}.jsonl.tmp").unlink(missing_ok=True)
-    append_jsonl(out / f"{record['name']}.jsonl.tmp", waves)
-    (out / f"{record['name']}.jsonl.tmp").replace(out / f"{record['name']}.jsonl")
+    write_jsonl(out / f"{record['name']}.jsonl", waves)  # atomic: a reader never sees half the scores
     provenance = {"adapter": record["name"], "adapter_sha256": record["sha256"], "profile": profile,
                   "target": TARGET, "canonical_code_commit": run.provenance["code_commit"],
                   "requests": len(waves), "code_commit": code_commit(),

@@ -28,7 +28,7 @@ from ooospec.progress import progress_bar
 from ooospec.sidecar.copy_values import CopySettings
 from ooospec.sidecar.metrics import rescore, score_to_dict, score_wave
 from ooospec.sidecar.predictor import REQUIRED_VALUES, SlotPredictor
-from ooospec.stage import Stage, append_jsonl, read_jsonl
+from ooospec.stage import Stage, append_jsonl, read_jsonl, write_jsonl
 from ooospec.training.sidecar import (SidecarConfig, drop_long_prefixes, load_splits, select_calls, subset,
                                       this_machine)
 
@@ -167,10 +167,8 @@ def commit_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), 
     machine = this_machine()
     out = committed_dir()
     name = committed_name(out, f"{record['name']}--{choice.label}", machine)
-    out.mkdir(parents=True, exist_ok=True)
     keep = ("request_id", "source", "seen_in_training", "payload", "reference", "score", "latency_s", "reason")
-    append_jsonl(out / f"{name}.jsonl.tmp", [{k: w.get(k) for k in keep} for w in waves])
-    (out / f"{name}.jsonl.tmp").replace(out / f"{name}.jsonl")
+    write_jsonl(out / f"{name}.jsonl", [{k: w.get(k) for k in keep} for w in waves])  # atomic
     provenance = {"adapter": record["name"], "adapter_sha256": record["sha256"], "choice": choice.to_dict(),
                   "label": choice.label, "profile": profile, "split": split.settings, "requests": len(waves),
                   "summary": summary, "code_commit": code_commit(), "made_by": "ooospec.training.disjoint_dev",
