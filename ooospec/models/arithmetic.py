@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # thread (the order flips) and 34.25 / 34.25 on two
 NEAR_TIE_GAPS = {"float32": 1e-3, "bfloat16": 1.0, "float16": 0.05}
 SHORT_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # a CPU's own bf16 instructions, in /proc/cpuinfo
 
 
 def near_tie_gap(dtype: Any) -> float:
@@ -75,7 +76,7 @@ def cpu_bf16_flag() -> str:
             flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
     except OSError:
         return "unknown"
-    return next((flag for flag in ("amx_bf16", "avx512_bf16") if flag in flags), "none")
+    return next((flag for flag in BF16_FLAGS if flag in flags), "none")
 
 
 def cpu_capability() -> str:
@@ -119,10 +120,10 @@ class Arithmetic:
         """``a 2-core AVX2 CPU (AMD EPYC)``, or the CUDA device."""
         if self.device.startswith("cuda"):
             return f"a CUDA device ({self.device})"
-        emulated = self.bf16_kernels and self.bf16_flag == "none"
-        capped = not self.bf16_kernels and self.bf16_flag in ("amx_bf16", "avx512_bf16")
-        note = "; bf16 in oneDNN's avx512_core kernels, without bf16 instructions" if emulated else ""
-        if capped:  # `make KERNELS=avx2`: a newer CPU running the AVX2 kind's kernels, at its own speed
+        note = ""
+        if self.bf16_kernels and self.bf16_flag == "none":
+            note = "; bf16 in oneDNN's avx512_core kernels, without bf16 instructions"
+        elif not self.bf16_kernels and self.bf16_flag in BF16_FLAGS:  # `make KERNELS=avx2`, at its own speed
             note = f"; kernels capped at {self.cpu_capability} on a CPU with {self.bf16_flag}"
         return f"a {self.cores}-core {self.kernels_label()} CPU ({self.cpu}{note})"
 
@@ -132,7 +133,7 @@ class Arithmetic:
         the flag was kept say ``avx512_bf16`` for any CPU that oneDNN ran bf16 on."""
         if not self.bf16_kernels:
             return self.cpu_capability
-        if self.bf16_flag in ("amx_bf16", "avx512_bf16"):
+        if self.bf16_flag in BF16_FLAGS:
             return self.bf16_flag
         return self.cpu_capability if self.bf16_flag in ("none", "unknown") else "avx512_bf16"
 
