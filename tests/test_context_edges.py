@@ -265,13 +265,14 @@ def test_the_teacher_records_a_too_long_prompt_and_caps_a_near_one(artifacts, de
 
 def test_a_sidecar_wave_past_its_context_returns_no_call_and_the_reason():
     from ooospec.sidecar.predictor import SlotPredictor
+    from ooospec.sidecar.protocol import MODES
 
     model, tokenizer = tiny_model_and_tokenizer(seed=5)
     predictor = SlotPredictor(model, tokenizer, max_new_tokens=6, required_values=False)
     short, long = weather_requests("apibank", 1)[0], _asking("apibank-long", 20)
     model.config.max_position_embeddings = len(predictor.prefix_ids(long)) + 2  # the questions do not fit
     probe = PositionProbe(model)
-    for mode in ("wave", "wave_no_prefix_share", "sequential", "two_waves"):
+    for mode in MODES:
         wave = predictor.predict(long, mode)
         assert (wave.call, wave.payload, wave.rows, wave.forwards) == (None, None, [], 0)
         assert wave.reason.startswith("prompt_too_long: ") and "(sidecar: prefix " in wave.reason

@@ -5,35 +5,21 @@ import torch
 
 from ooospec.data.request import Call, Request
 from ooospec.sidecar.metrics import score_wave, summarize
-from ooospec.sidecar.predictor import SlotPredictor, encode
+from ooospec.sidecar.predictor import ChosenRows, SlotPredictor, encode
+from ooospec.sidecar.protocol import MODES
 from ooospec.models.tiny import tiny_model_and_tokenizer
 from ooospec.training.sidecar import SidecarConfig, rows_to_examples, train_sidecar
-from ooospec.sidecar.slots import expand_call
+from ooospec.sidecar.slots import expand_call, online_questions
 from ooospec.training.slot_rows import build_rows, calls_from_gold
 from ooospec.training.lora import LoraTrainConfig, train_lora
 
+from tiny_sidecar import TOOLS, request, sharp_predictor
+
 torch.set_num_threads(1)
-
-TOOLS = [
-    {"name": "get_weather", "description": "Get the weather",
-     "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
-                    "required": ["city"]}},
-    {"name": "get_time", "description": "Get the time",
-     "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}},
-]
-
-
-def request(rid="r1", city="Paris", text=None):
-    return Request(rid, "test", "train", [{"role": "user", "content": text or f"weather in {city}?"}], TOOLS,
-                   [Call("get_weather", {"city": city})])
 
 
 def test_wave_rows_equal_sequential_rows_on_a_random_model():
-    model, tokenizer = tiny_model_and_tokenizer(seed=5)
-    with torch.no_grad():  # sharper logits than the default init: distinct, varied greedy outputs
-        for p in model.parameters():
-            p.mul_(8.0)
-    predictor = SlotPredictor(model, tokenizer, max_new_tokens=6, required_values=False)
+    predictor = sharp_predictor()
     req = request(text="weather in Paris, please, in celsius?")
     wave = predictor.predict_wave(req)
     seq = predictor.predict_sequential(req)
@@ -60,7 +46,7 @@ def memorized_predictor():
 def test_all_modes_join_the_memorized_call():
     predictor, reqs = memorized_predictor()
     for req in reqs:
-        results = {mode: predictor.predict(req, mode) for mode in ("wave", "wave_no_prefix_share", "sequential", "two_waves")}
+        results = {mode: predictor.predict(req, mode) for mode in MODES}
         expected = req.gold[0].compact()
         assert {mode: r.payload for mode, r in results.items()} == dict.fromkeys(results, expected)
         assert results["wave"].payload_bytes == len(expected.encode())
@@ -365,3 +351,77 @@ def test_a_larger_base_is_trained_on_and_served_with_the_model_its_record_names(
     with pytest.raises(AdapterBaseMissing, match=f"{run.adapter_dir}: trained on base 'no-such-model'"):
         SlotPredictor.from_frozen(run.adapter_dir, packed=False)
     assert len(loaded) == 3  # refused before loading
+
+
+def test_the_head_reads_gathered_or_sliced_last_positions_alike_and_every_forward_is_timed():
+    predictor = sharp_predictor()
+    req = request(text="weather in Paris, please, in celsius?")
+    gathered = predictor.predict_wave(req)
+    predictor.gathered_head = False
+    sliced = predictor.predict_wave(req)
+    assert [(r.text, r.truncated, r.done_after) for r in gathered.rows] == \
+        [(r.text, r.truncated, r.done_after) for r in sliced.rows]
+    assert gathered.payload == sliced.payload
+    for wave in (gathered, predictor.predict_sequential(req), predictor.predict_two_waves(req)):
+        assert len(wave.timeline) == wave.forwards  # one record per forward
+        assert wave.timeline[0].kind == "prefix" and wave.timeline[0].tokens == wave.prefix_tokens
+        assert all(f.seconds >= 0 for f in wave.timeline)
+        assert all(1 <= r.done_after <= wave.forwards for r in wave.rows)
+    kinds = [f.kind for f in gathered.timeline]
+    assert kinds[:2] == ["prefix", "rows"] and set(kinds[2:]) <= {"step"}
+    assert gathered.timeline[1].rows == len(gathered.rows)
+    # the batch shrinks as rows finish: forward f (1-based) holds exactly the rows not final before it
+    for f in range(3, gathered.forwards + 1):
+        assert gathered.timeline[f - 1].rows == sum(r.done_after >= f for r in gathered.rows)
+    assert max(r.done_after for r in gathered.rows) == gathered.forwards
+    back = type(gathered).from_dict(gathered.to_dict())
+    assert back.timeline == gathered.timeline and [r.done_after for r in back.rows] == [r.done_after for r in gathered.rows]
+
+
+class CutsEveryOther(ChosenRows):
+    """Stands for a function row that named the first tool, whatever it wrote."""
+
+    def others(self, answer):
+        return {i for i, f in enumerate(self.functions) if f is not None and f != self.names[0]}
+
+
+def test_a_chosen_wave_cuts_the_other_functions_rows_when_the_function_row_answers():
+    predictor = sharp_predictor()
+    req = request(text="weather in Paris, please, in celsius?")
+    prefix = predictor.prefix_ids(req)
+    keys, questions = zip(*online_questions(req))
+    encoded = [encode(predictor.tokenizer, q) for q in questions]
+    predictor._decode = lambda ids: list(ids)  # answers as token ids
+    # the random model never ends a row: its function row's second token becomes the end token
+    predictor.eos = {predictor.generate_rows(prefix, encoded).texts[0][1]}
+    full = predictor.generate_rows(prefix, encoded)
+    rows = CutsEveryOther([k.function for k in keys], [t["name"] for t in req.tools])
+    cut = predictor.generate_rows(prefix, encoded, chosen_rows=rows)
+    answered, stopped = full.done_after[rows.function_row], False
+    assert cut.done_after[rows.function_row] == answered and cut.texts[0] == full.texts[0]
+    for i, key in enumerate(keys):
+        if key.function == "get_weather":  # the chosen function's rows: as in the whole wave
+            assert (cut.texts[i], cut.truncated[i], cut.done_after[i]) == \
+                (full.texts[i], full.truncated[i], full.done_after[i])
+        elif key.function is not None and full.done_after[i] > answered:  # still running: cut there
+            assert cut.truncated[i] and cut.done_after[i] == answered
+            assert full.texts[i][:len(cut.texts[i])] == cut.texts[i]
+            stopped = True
+    assert stopped, "nothing was cut: the test does not exercise the cut"
+    assert cut.forwards <= full.forwards and len(cut.timeline) == cut.forwards
+    assert cut.forwards == max(cut.done_after)
+
+
+def test_the_rows_a_function_answer_stops_are_the_other_functions():
+    rows = ChosenRows([None, "a", "a", "b", "c"], ["a", "b", "c"])
+    assert rows.function_row == 0
+    assert rows.others(" 1") == {1, 2, 4} and rows.others("0") == {3, 4}
+    assert rows.others("7") == set() and rows.others("x") == set()  # no tool named: nothing stops
+
+
+def test_the_chosen_wave_serves_the_chosen_call_alone():
+    predictor, reqs = memorized_predictor()
+    for req in reqs:
+        wave, chosen = predictor.predict(req, "wave"), predictor.predict(req, "chosen_wave")
+        assert chosen.mode == "chosen_wave" and chosen.call == wave.call
+        assert chosen.payload == wave.call.compact() and chosen.forwards <= wave.forwards

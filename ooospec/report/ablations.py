@@ -30,6 +30,7 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "ooospec:blocking": ("ooospec", "blocking sidecar (wait for the hint)"),
     "ooospec:sequential": ("ooospec", "sequential slot decoding"),
     "ooospec:two_waves": ("ooospec", "two waves (function, then its arguments)"),
+    "ooospec:chosen_wave": ("ooospec", "one wave, other functions' rows stopped at the function's answer"),
     "ooospec:no_prefix_share": ("ooospec", "one wave without a shared prefix cache"),
     "ooospec:base_only": ("ooospec", "sidecar base without the adapter"),
     "ooospec:nullable": ("ooospec", "sidecar may answer null for required slots"),

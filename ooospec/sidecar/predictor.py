@@ -7,7 +7,10 @@ left-padded after it (attention mask + explicit positions keep each row's positi
 exactly as if it ran alone), and rows leave the batch as soon as they emit the end token (most
 rows answer ``null`` in two tokens). The two ablations of the paper's design use the same
 machinery: `predict_sequential` (rows one at a time, each with its own prefix) and
-`predict_two_waves` (function index first, then only the chosen function's arguments).
+`predict_two_waves` (function index first, then only the chosen function's arguments). The
+``chosen_wave`` mode is the wave whose other functions' rows stop as soon as the function row has
+answered (`ChosenRows`): the chosen call only, without the alternatives, and no waiting for the
+other functions' rows, whose longest one decides the wave's length on most requests.
 
 `SlotWavePredictor` is this predictor behind the sidecar protocol (`ooospec.sidecar.protocol`):
 what the service runs in its own process.
@@ -33,7 +36,7 @@ from ooospec.models.cache import expand_cache
 from ooospec.models.packed_linear import pack_linears
 from ooospec.sidecar.base_model import PROFILE_BASE, TINY_BASE
 from ooospec.sidecar.copy_values import CopySettings, SpanCopier, request_text, string_slot
-from ooospec.sidecar.join import DroppedSlot, join_rows
+from ooospec.sidecar.join import DroppedSlot, join_rows, parse_function_index
 from ooospec.sidecar.protocol import MODES, Prediction
 from ooospec.sidecar.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix, target_text,
                                    tool_properties, tool_required)
@@ -54,7 +57,21 @@ class RowPrediction:
     key: RowKey
     text: str
     new_tokens: int
-    truncated: bool
+    truncated: bool  # no end token: stopped at the token limit, or cut (`ChosenRows`)
+    done_after: int = 0  # the wave's forwards when this row's answer was final (0: not recorded)
+
+
+@dataclass(frozen=True)
+class ForwardTime:
+    """One forward of a wave and what it cost: where a wave's time goes (`ooospec.studies.wave_profile`).
+
+    ``kind`` is ``prefix`` (the request prefix, batch 1), ``rows`` (every row's question after the
+    prefix, left-padded to ``tokens``) or ``step`` (one new token for each of ``rows`` rows)."""
+
+    kind: str
+    rows: int
+    tokens: int
+    seconds: float
 
 
 @dataclass
@@ -72,23 +89,26 @@ class WaveResult:
     forwards: int
     dropped: list[DroppedSlot] = field(default_factory=list)
     reason: str | None = None
+    timeline: list[ForwardTime] = field(default_factory=list)  # every forward, in order
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["call"] = None if self.call is None else self.call.to_dict()
         data["rows"] = [{"kind": r.key.kind, "function": r.key.function, "parameter": r.key.parameter,
-                         "text": r.text, "new_tokens": r.new_tokens, "truncated": r.truncated} for r in self.rows]
+                         "text": r.text, "new_tokens": r.new_tokens, "truncated": r.truncated,
+                         "done_after": r.done_after} for r in self.rows]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "WaveResult":
         """Inverse of `to_dict` (a stored dev wave back into a result that can be scored)."""
         rows = [RowPrediction(RowKey(r["kind"], r["function"], r["parameter"]), r["text"], r["new_tokens"],
-                              r["truncated"]) for r in data["rows"]]
+                              r["truncated"], r.get("done_after", 0)) for r in data["rows"]]
         call = None if data["call"] is None else Call.from_dict(data["call"])
         dropped = [DroppedSlot(**d) for d in data.get("dropped", [])]
+        timeline = [ForwardTime(**f) for f in data.get("timeline", [])]
         return cls(data["request_id"], data["mode"], call, data["payload"], data["payload_bytes"], data["latency_s"],
-                   data["prefix_tokens"], rows, data["forwards"], dropped, data.get("reason"))
+                   data["prefix_tokens"], rows, data["forwards"], dropped, data.get("reason"), timeline)
 
 
 class AdapterPromptMismatch(ValueError):
@@ -146,6 +166,29 @@ class _Generation:
     new_tokens: list[int]
     truncated: list[bool]
     forwards: int
+    done_after: list[int]  # per row: ``forwards`` counted when its answer was final
+    timeline: list[ForwardTime]
+
+
+@dataclass(frozen=True)
+class ChosenRows:
+    """Which rows of a wave stop once its function row has answered: those of the other functions.
+
+    ``functions``: per row, the function it asks about (None: the function row); ``names``: the
+    request's tools in index order. A function answer that names no tool stops nothing."""
+
+    functions: list[str | None]
+    names: list[str]
+
+    @property
+    def function_row(self) -> int:
+        return self.functions.index(None)
+
+    def others(self, answer: str) -> set[int]:
+        index, _ = parse_function_index(answer, len(self.names))
+        if index is None:
+            return set()
+        return {i for i, f in enumerate(self.functions) if f is not None and f != self.names[index]}
 
 
 class NullBan:
@@ -196,6 +239,9 @@ class SlotPredictor:
         # included: the target fills optional parameters almost always (dev: 106 of 113), while
         # the sidecar answers null for most of them (chosen on the API-disjoint dev: OPTIONAL_VALUES).
         self.optional_values = optional_values
+        # The rows' first forward hands the head each row's last position gathered into one
+        # contiguous batch (`_last_position`); False slices it (the control the wave study measures).
+        self.gathered_head = True
         self._null_ban: NullBan | None = None
         self.tokenizer = tokenizer
         self.prompt = prompt
@@ -215,19 +261,23 @@ class SlotPredictor:
     @torch.no_grad()
     def generate_rows(self, prefix_ids: list[int], questions: list[list[int]], share_prefix: bool = True,
                       prefix_cache: Any = None, no_null: list[bool] | None = None,
-                      copier: SpanCopier | None = None) -> _Generation:
+                      copier: SpanCopier | None = None, chosen_rows: ChosenRows | None = None) -> _Generation:
         """Greedy answers of ``questions`` after one prefix, as one shrinking batch.
 
         With ``share_prefix`` the prefix runs once (or not at all when ``prefix_cache`` is given);
         without it, every row carries the whole prefix (the no-sharing ablation). Rows flagged in
         ``no_null`` may not start their answer with null; ``copier`` picks the tokens of the rows
-        it constrains (copy-aware string slots).
+        it constrains (copy-aware string slots); with ``chosen_rows``, the other functions' rows leave
+        the batch, cut, once the function row has answered. Every forward is timed (`ForwardTime`).
         """
         batch = len(questions)
+        timeline: list[ForwardTime] = []
         if share_prefix:
             forwards = 0
             if prefix_cache is None:
+                start = time.perf_counter()
                 prefix_cache, forwards = self.prefix_cache(prefix_ids), 1
+                timeline.append(ForwardTime("prefix", 1, len(prefix_ids), time.perf_counter() - start))
             cache = expand_cache(prefix_cache, batch)
             seqs, base = questions, len(prefix_ids)
         else:
@@ -240,13 +290,18 @@ class SlotPredictor:
             tail_mask[i, width - len(seq):] = 1
         mask = torch.cat([torch.ones((batch, base), dtype=torch.long), tail_mask], dim=1)
         positions = (base + tail_mask.cumsum(-1) - 1).clamp(min=base if base else 0)
+        start = time.perf_counter()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
-                         use_cache=True, logits_to_keep=1)
+                         use_cache=True, logits_to_keep=self._last_position(width))
+        timeline.append(ForwardTime("rows", batch, width, time.perf_counter() - start))
         forwards += 1
         cache = out.cache
         next_pos = positions[:, -1:] + 1
         tokens: list[list[int]] = [[] for _ in range(batch)]
         finished = [False] * batch
+        done_after = [0] * batch
+        cut: set[int] = set()  # rows stopped by ``chosen_rows``
+        answered = False  # the function row has answered (``chosen_rows``)
         active = list(range(batch))
         logits = out.logits[:, -1]
         guard = torch.tensor(no_null, dtype=torch.bool) if no_null is not None and any(no_null) else None
@@ -259,10 +314,17 @@ class SlotPredictor:
             still: list[int] = []
             for row_pos, row in enumerate(active):
                 if chosen[row_pos] in self.eos:
-                    finished[row] = True
+                    finished[row], done_after[row] = True, forwards
                 else:
                     tokens[row].append(chosen[row_pos])
                     still.append(row_pos)
+            if chosen_rows is not None and not answered and finished[chosen_rows.function_row]:
+                answered = True
+                cut = chosen_rows.others(self._decode(tokens[chosen_rows.function_row])) - {
+                    row for row in range(batch) if finished[row]}
+                for row in cut:
+                    done_after[row] = forwards
+                still = [row_pos for row_pos in still if active[row_pos] not in cut]
             if not still or step == self.max_new_tokens - 1:
                 break
             if guard is not None:
@@ -278,13 +340,28 @@ class SlotPredictor:
                 chosen = [chosen[i] for i in still]
                 active = [active[i] for i in still]
             mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+            start = time.perf_counter()
             out = self.model(input_ids=torch.tensor(chosen).unsqueeze(1), attention_mask=mask,
                              position_ids=next_pos, cache=cache, use_cache=True)
+            timeline.append(ForwardTime("step", len(active), 1, time.perf_counter() - start))
             forwards += 1
             cache, next_pos = out.cache, next_pos + 1
             logits = out.logits[:, -1]
+        # rows still running at the token limit were final at the last forward
+        done_after = [d if f or row in cut else forwards for row, (d, f) in enumerate(zip(done_after, finished))]
         texts = [self._decode(t) for t in tokens]
-        return _Generation(texts, [len(t) for t in tokens], [not f for f in finished], forwards)
+        return _Generation(texts, [len(t) for t in tokens], [not f for f in finished], forwards, done_after,
+                           timeline)
+
+    def _last_position(self, width: int) -> int | torch.Tensor:
+        """Which positions of the rows' first forward the head reads: each row's last one.
+
+        Gathered by index (``gathered_head``), the head's input is one contiguous batch; sliced
+        (``logits_to_keep=1``) it is a strided view of the batch's hidden states, which a linear
+        layer does not fold into one matrix product: in bf16 torch then multiplies row by row and
+        copies the whole vocabulary matrix for each (profiled on a 2-core EPYC with avx512_bf16:
+        about 500 of the 726 ms of an 8-row API-Bank forward). Both give the same logits."""
+        return torch.tensor([width - 1]) if self.gathered_head else 1
 
     def _decode(self, token_ids: list[int]) -> str:
         text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
@@ -338,32 +415,42 @@ class SlotPredictor:
     def _encoded_questions(self, request: Request) -> list[list[int]]:
         return [encode(self.tokenizer, q) for _, q in online_questions(request)]
 
-    def _rows(self, keys: list[RowKey], gen: _Generation) -> list[RowPrediction]:
-        return [RowPrediction(k, t, n, tr) for k, t, n, tr in zip(keys, gen.texts, gen.new_tokens, gen.truncated)]
+    def _rows(self, keys: list[RowKey], gen: _Generation, before: int = 0) -> list[RowPrediction]:
+        """The rows of one generation; ``before``: the request's forwards that ran before it."""
+        return [RowPrediction(k, t, n, tr, before + d) for k, t, n, tr, d
+                in zip(keys, gen.texts, gen.new_tokens, gen.truncated, gen.done_after)]
+
+    def _timed_prefix(self, prefix: list[int]) -> tuple[Any, ForwardTime]:
+        start = time.perf_counter()
+        cache = self.prefix_cache(prefix)
+        return cache, ForwardTime("prefix", 1, len(prefix), time.perf_counter() - start)
 
     def _result(self, request: Request, mode: str, rows: list[RowPrediction], latency: float,
-                prefix_tokens: int, forwards: int) -> WaveResult:
+                prefix_tokens: int, forwards: int, timeline: list[ForwardTime]) -> WaveResult:
         answers = {r.key: r.text for r in rows}
         truncated = frozenset(r.key for r in rows if r.truncated)
-        joined = join_rows(request, answers, truncated, with_alternatives=True)
+        joined = join_rows(request, answers, truncated, with_alternatives=mode != "chosen_wave")
         payload = joined.payload
         return WaveResult(request.id, mode, joined.call, payload, len(payload.encode()) if payload else 0,
-                          latency, prefix_tokens, rows, forwards, joined.dropped, joined.reason)
+                          latency, prefix_tokens, rows, forwards, joined.dropped, joined.reason, timeline)
 
-    def predict_wave(self, request: Request, share_prefix: bool = True) -> WaveResult:
-        """Every online row of ``request`` in one batched greedy generation."""
+    def predict_wave(self, request: Request, share_prefix: bool = True, chosen_only: bool = False) -> WaveResult:
+        """Every online row of ``request`` in one batched greedy generation; ``chosen_only``: the
+        ``chosen_wave`` mode (other functions' rows cut once the function row answers, no alternatives)."""
         start = time.perf_counter()
-        mode = "wave" if share_prefix else "wave_no_prefix_share"
+        mode = "chosen_wave" if chosen_only else "wave" if share_prefix else "wave_no_prefix_share"
         prefix = self.prefix_ids(request)
         keys, questions = zip(*online_questions(request))
         encoded = [encode(self.tokenizer, q) for q in questions]
         refusal = self.context_refusal(prefix, encoded)
         if refusal is not None:
             return self._refused(request, mode, refusal, start, len(prefix))
+        chosen = ChosenRows([k.function for k in keys], [t["name"] for t in request.tools]) if chosen_only else None
         gen = self.generate_rows(prefix, encoded, share_prefix, no_null=self._no_null(request, list(keys)),
-                                 copier=self.copier(request, list(keys)))
+                                 copier=self.copier(request, list(keys)), chosen_rows=chosen)
         latency = time.perf_counter() - start
-        return self._result(request, mode, self._rows(list(keys), gen), latency, len(prefix), gen.forwards)
+        return self._result(request, mode, self._rows(list(keys), gen), latency, len(prefix), gen.forwards,
+                            gen.timeline)
 
     def predict_sequential(self, request: Request) -> WaveResult:
         """Ablation: the same rows one at a time (the prefix KV is still computed once).
@@ -375,17 +462,18 @@ class SlotPredictor:
         refusal = self.context_refusal(prefix, self._encoded_questions(request))
         if refusal is not None:
             return self._refused(request, "sequential", refusal, start, len(prefix))
-        cache = self.prefix_cache(prefix)
-        rows, forwards = [], 1
+        cache, prefix_time = self._timed_prefix(prefix)
+        rows, forwards, timeline = [], 1, [prefix_time]
         online = online_questions(request)
         flags = self._no_null(request, [key for key, _ in online])
         for i, (key, question) in enumerate(online):
             gen = self.generate_rows(prefix, [encode(self.tokenizer, question)], prefix_cache=cache,
                                      no_null=None if flags is None else [flags[i]])
-            rows.extend(self._rows([key], gen))
+            rows.extend(self._rows([key], gen, forwards))
             forwards += gen.forwards
+            timeline += gen.timeline
         latency = time.perf_counter() - start
-        return self._result(request, "sequential", rows, latency, len(prefix), forwards)
+        return self._result(request, "sequential", rows, latency, len(prefix), forwards, timeline)
 
     def predict_two_waves(self, request: Request) -> WaveResult:
         """Ablation: function index alone, then a second wave with only that function's arguments."""
@@ -394,11 +482,11 @@ class SlotPredictor:
         refusal = self.context_refusal(prefix, self._encoded_questions(request))
         if refusal is not None:
             return self._refused(request, "two_waves", refusal, start, len(prefix))
-        cache = self.prefix_cache(prefix)
+        cache, prefix_time = self._timed_prefix(prefix)
         index_key, index_question = online_questions(request, functions=[])[0]
         first = self.generate_rows(prefix, [encode(self.tokenizer, index_question)], prefix_cache=cache)
-        rows = self._rows([index_key], first)
-        forwards = 1 + first.forwards
+        rows = self._rows([index_key], first, 1)
+        forwards, timeline = 1 + first.forwards, [prefix_time, *first.timeline]
         answer = first.texts[0].strip()
         if answer.isdigit() and int(answer) < len(request.tools) and not first.truncated[0]:
             chosen = request.tools[int(answer)]["name"]
@@ -407,16 +495,19 @@ class SlotPredictor:
                 keys, questions = zip(*second)
                 gen = self.generate_rows(prefix, [encode(self.tokenizer, q) for q in questions], prefix_cache=cache,
                                          no_null=self._no_null(request, list(keys)))
-                rows.extend(self._rows(list(keys), gen))
+                rows.extend(self._rows(list(keys), gen, forwards))
                 forwards += gen.forwards
+                timeline += gen.timeline
         latency = time.perf_counter() - start
-        return self._result(request, "two_waves", rows, latency, len(prefix), forwards)
+        return self._result(request, "two_waves", rows, latency, len(prefix), forwards, timeline)
 
     def predict(self, request: Request, mode: str = "wave") -> WaveResult:
         if mode == "wave":
             return self.predict_wave(request)
         if mode == "wave_no_prefix_share":
             return self.predict_wave(request, share_prefix=False)
+        if mode == "chosen_wave":
+            return self.predict_wave(request, chosen_only=True)
         if mode == "sequential":
             return self.predict_sequential(request)
         if mode == "two_waves":

@@ -14,8 +14,9 @@ from typing import Any, Callable, Protocol
 from ooospec.data.request import Request
 
 # How a predictor answers a request's slot rows: one batched wave (the paper's design), the wave
-# without the shared request prefix, one row at a time, or function index first, then arguments.
-MODES = ("wave", "wave_no_prefix_share", "sequential", "two_waves")
+# without the shared request prefix, one row at a time, function index first, then arguments, or
+# the wave whose other functions' rows stop once the function row has answered.
+MODES = ("wave", "wave_no_prefix_share", "sequential", "two_waves", "chosen_wave")
 
 
 @dataclass

@@ -1,0 +1,73 @@
+"""The wave study's bookkeeping on a tiny sidecar: phases add up to the wave, the chosen call's
+completion, lever summaries against the control, operator kinds."""
+
+import torch
+
+from ooospec.data.request import Call, Request
+from ooospec.studies.wave_profile import (CONTROL, LEVERS, HeadClock, StudyRequest, chosen_complete, op_kind,
+                                          profile_wave, rotated, summarize)
+
+from tiny_sidecar import TOOLS, sharp_predictor
+
+torch.set_num_threads(1)
+
+
+def item() -> StudyRequest:
+    request = Request("r1", "test", "dev", [{"role": "user", "content": "weather in Paris, please, in celsius?"}],
+                      TOOLS, [Call("get_weather", {"city": "Paris"})])
+    return StudyRequest("dev", request, request.gold[0])
+
+
+def test_every_lever_splits_its_wave_into_phases_that_add_up():
+    predictor = sharp_predictor()
+    models = {"served": predictor.model, "int8": predictor.model}  # one tiny model stands for both
+    clocks = {"served": HeadClock(predictor.model)}
+    clocks["int8"] = clocks["served"]
+    lines = [profile_wave(predictor, models, clocks, item(), lever) for lever in LEVERS]
+    assert [line.lever for line in lines] == list(LEVERS)
+    for line in lines:
+        parts = line.prefix_s + line.rows_s + line.steps_s + line.between_s
+        assert abs(parts - line.wave_s) < 1e-3  # each part rounded to 0.1 ms
+        assert line.forwards == 2 + line.steps and line.rows == 4 and line.head_s > 0
+        assert line.followed or not line.whole_call  # the chosen call is one of the payload's
+        assert line.chosen_s is None or line.chosen_s <= line.wave_s
+    # the tiny model's answers do not depend on the head's input or on the model copy
+    assert len({line.payload for line in lines if LEVERS[line.lever]["mode"] == "wave"}) == 1
+    assert predictor.gathered_head is LEVERS[list(LEVERS)[-1]]["gathered_head"]  # the last lever's settings stay
+
+
+def test_the_chosen_call_is_complete_when_its_function_row_and_rows_are():
+    predictor = sharp_predictor()
+    wave = predictor.predict_wave(item().request)
+    done = chosen_complete(wave)
+    if wave.call is None:
+        assert done is None
+    else:
+        mine = [r.done_after for r in wave.rows if r.key.function in (None, wave.call.name)]
+        assert done == max(mine) <= wave.forwards
+
+
+def test_levers_rotate_and_are_summarized_against_the_control():
+    assert [rotated(["a", "b", "c"], i) for i in range(4)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"],
+                                                                ["a", "b", "c"]]
+    base = {"source": "dev", "chosen_s": 1.0, "whole_call": True}
+    lines = []
+    for rid, payload in (("a", "x"), ("b", "y")):
+        for lever, wave_s in zip(LEVERS, (4.0, 2.0, 1.6, 1.0)):
+            changed = lever != CONTROL and rid == "b" and "int8" in lever
+            lines.append({**base, "request_id": rid, "lever": lever, "wave_s": wave_s,
+                          "payload": "z" if changed else payload, "whole_call": not changed,
+                          "followed": not changed and "chosen" not in lever})
+    summary = {s.lever: s for s in summarize(lines)}
+    assert summary[CONTROL].speedup == 1.0 and summary["gathered head"].speedup == 2.0
+    assert summary["gathered head, int8"].speedup == 4.0
+    assert (summary["gathered head, int8"].same_payload, summary["gathered head, int8"].whole_call) == (1, 1)
+    assert summary["gathered head"].same_payload == 2 and summary["gathered head"].n == 2
+    assert (summary["gathered head, chosen wave"].speedup, summary["gathered head, chosen wave"].followed) == (2.5, 0)
+
+
+def test_operators_are_sorted_into_kinds():
+    assert op_kind("aten::addmm") == op_kind("mkldnn::_linear_pointwise") == "products"
+    assert op_kind("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert op_kind("aten::copy_") == op_kind("aten::cat") == op_kind("aten::index_select") == "copies"
+    assert op_kind("aten::silu") == "other operators"
