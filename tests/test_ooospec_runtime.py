@@ -401,3 +401,41 @@ def test_a_late_sidecar_loses_its_waves_not_the_output(tiny, tokenizer):
                 assert out.output_ids == ar.output_ids
                 assert bank.stats.error.startswith("hint not ready" if bank.stats.submitted else "wave skipped")
             assert submitted == expected
+
+
+def test_a_ticket_returns_a_first_delivery_once_then_the_final_answer():
+    request = _request()
+    chosen = {"name": "get_weather", "arguments": {"city": "Paris"}}
+    final = '[{"name":"get_weather","arguments":{"city":"Paris"}},{"name":"get_time","arguments":{"zone":"UTC"}}]'
+    spec = oracle_sidecar({request.id: chosen}, wave_s=0.4, early_s=0.05, final={request.id: final})
+    with SidecarService(spec, placement="thread") as service:
+        ticket = service.submit(request, "progressive_wave")
+        seen = []
+        while not seen or seen[-1].early:
+            result = ticket.poll()
+            if result is not None:
+                seen.append(result)
+        assert [r.early for r in seen] == [True, False]
+        assert seen[0].payload == '{"name":"get_weather","arguments":{"city":"Paris"}}' and seen[1].payload == final
+        assert ticket.poll() is seen[1]  # the final answer stays
+        assert seen[0].wave_end <= seen[1].wave_end and service.wait_idle(5)
+
+
+def test_a_progressive_hint_is_taken_at_its_first_delivery_and_survives_a_bad_final(tiny, tokenizer):
+    request = _request()
+    ar = decode(tiny_target(tiny, tokenizer), [], _ctx(request, tokenizer, None), max_new_tokens=40)
+    surface = FixedText(tokenizer.decode(ar.output_ids, skip_special_tokens=False))
+    # both deliveries are in before the first boundary: the bank takes them in order
+    spec = oracle_sidecar({request.id: {"name": "get_weather", "arguments": {}}}, wave_s=0.0, early_s=0.0,
+                          final={request.id: '{"name": "get_weather", '})  # the final answer is not JSON
+    with SidecarService(spec, placement="thread") as service:
+        bank = HintBank(service, mode="progressive_wave", blocking=True, max_tokens=16)
+        out = decode(tiny_target(tiny, tokenizer), [bank], _ctx(request, tokenizer, surface), max_new_tokens=40,
+                     budget=TreeBudget(max_nodes=16, max_depth=16))
+        service.wait_idle(5)
+    assert out.output_ids == ar.output_ids
+    assert bank.stats.ready_round == 0 and bank.stats.error is None  # the first delivery drove the decode
+    assert out.source_counts["hint"] > 0 and bank.stats.extra["early"]["early"] is True
+    kinds = [e["kind"] for e in out.trace.events]
+    assert "hint_rejected" not in kinds and bank.done_polling  # the final came within the decode
+    assert "not JSON" in bank.stats.extra["final_error"] and "hint_final_rejected" in kinds  # recorded, hint kept

@@ -378,24 +378,30 @@ def test_the_head_reads_gathered_or_sliced_last_positions_alike_and_every_forwar
     assert back.timeline == gathered.timeline and [r.done_after for r in back.rows] == [r.done_after for r in gathered.rows]
 
 
-class CutsEveryOther(ChosenRows):
+class NamesTheFirstTool(ChosenRows):
     """Stands for a function row that named the first tool, whatever it wrote."""
 
-    def others(self, answer):
-        return {i for i, f in enumerate(self.functions) if f is not None and f != self.names[0]}
+    def chosen(self, answer):
+        return self.names[0]
 
 
-def test_a_chosen_wave_cuts_the_other_functions_rows_when_the_function_row_answers():
+def early_ending_rows():
+    """The sharp tiny sidecar's rows of one request, answers as token ids, and the function row's
+    second token made the end token (the random model never ends a row otherwise): (predictor,
+    prefix, keys, questions, the rows' generation)."""
     predictor = sharp_predictor()
     req = request(text="weather in Paris, please, in celsius?")
     prefix = predictor.prefix_ids(req)
     keys, questions = zip(*online_questions(req))
     encoded = [encode(predictor.tokenizer, q) for q in questions]
-    predictor._decode = lambda ids: list(ids)  # answers as token ids
-    # the random model never ends a row: its function row's second token becomes the end token
+    predictor._decode = lambda ids: list(ids)
     predictor.eos = {predictor.generate_rows(prefix, encoded).texts[0][1]}
-    full = predictor.generate_rows(prefix, encoded)
-    rows = CutsEveryOther([k.function for k in keys], [t["name"] for t in req.tools])
+    return predictor, req, prefix, keys, encoded, predictor.generate_rows(prefix, encoded)
+
+
+def test_a_chosen_wave_cuts_the_other_functions_rows_when_the_function_row_answers():
+    predictor, req, prefix, keys, encoded, full = early_ending_rows()
+    rows = NamesTheFirstTool([k.function for k in keys], [t["name"] for t in req.tools])
     cut = predictor.generate_rows(prefix, encoded, chosen_rows=rows)
     answered, stopped = full.done_after[rows.function_row], False
     assert cut.done_after[rows.function_row] == answered and cut.texts[0] == full.texts[0]
@@ -413,10 +419,28 @@ def test_a_chosen_wave_cuts_the_other_functions_rows_when_the_function_row_answe
 
 
 def test_the_rows_a_function_answer_stops_are_the_other_functions():
-    rows = ChosenRows([None, "a", "a", "b", "c"], ["a", "b", "c"])
-    assert rows.function_row == 0
-    assert rows.others(" 1") == {1, 2, 4} and rows.others("0") == {3, 4}
-    assert rows.others("7") == set() and rows.others("x") == set()  # no tool named: nothing stops
+    def after(answer, finished):
+        rows = ChosenRows([None, "a", "a", "b", "c"], ["a", "b", "c"])
+        return rows.after_step(finished, lambda row: answer)
+
+    assert after(" 1", [True] + [False] * 4) == {1, 2, 4} and after("0", [True] + [False] * 4) == {3, 4}
+    assert after("0", [True, False, False, True, False]) == {4}  # a finished row is not stopped
+    assert after("7", [True] + [False] * 4) == set() and after("x", [True] + [False] * 4) == set()
+    assert after("0", [False] * 5) == set()  # the function row has not answered yet
+
+
+def test_the_chosen_call_is_announced_once_when_its_rows_are_final_and_others_still_run():
+    heard = []
+    rows = ChosenRows([None, "a", "b"], ["a", "b"], cut=False, on_complete=heard.append)
+    answers = {0: "0", 1: '"x"', 2: '"y'}.get
+    assert rows.after_step([True, False, False], answers) == set() and heard == []  # a's row still runs
+    assert rows.after_step([True, True, False], answers) == set()
+    assert heard == [{0: "0", 1: '"x"'}]
+    rows.after_step([True, True, True], answers)
+    assert len(heard) == 1  # once
+    last = ChosenRows([None, "a", "b"], ["a", "b"], cut=False, on_complete=heard.append)
+    last.after_step([True, True, True], answers)  # everything final at once: the wave's own end says it
+    assert len(heard) == 1
 
 
 def test_the_chosen_wave_serves_the_chosen_call_alone():
@@ -425,3 +449,30 @@ def test_the_chosen_wave_serves_the_chosen_call_alone():
         wave, chosen = predictor.predict(req, "wave"), predictor.predict(req, "chosen_wave")
         assert chosen.mode == "chosen_wave" and chosen.call == wave.call
         assert chosen.payload == wave.call.compact() and chosen.forwards <= wave.forwards
+
+
+class NamesNoRowsTool(ChosenRows):
+    """Stands for a function row that named a tool with no parameters: its call is complete at once."""
+
+    def chosen(self, answer):
+        return "a tool without parameters"
+
+
+def test_a_progressive_wave_announces_the_chosen_call_while_other_rows_run_and_ends_as_the_wave():
+    predictor, req, prefix, keys, encoded, full = early_ending_rows()
+    heard = []
+    rows = NamesNoRowsTool([k.function for k in keys], [t["name"] for t in req.tools], cut=False,
+                           on_complete=heard.append)
+    progressive = predictor.generate_rows(prefix, encoded, chosen_rows=rows)
+    assert heard == [{0: full.texts[0]}]  # the function row's answer, once, while the others ran on
+    assert (progressive.texts, progressive.done_after, progressive.forwards) == \
+        (full.texts, full.done_after, full.forwards)  # nothing stopped
+
+
+def test_the_progressive_mode_ends_with_the_whole_waves_payload():
+    predictor, reqs = memorized_predictor()
+    for req in reqs:
+        heard = []
+        wave, progressive = predictor.predict(req, "wave"), predictor.predict(req, "progressive_wave", early=heard.append)
+        assert progressive.mode == "progressive_wave" and progressive.payload == wave.payload
+        assert all(first.payload == wave.call.compact() for first in heard)  # the chosen call, if sent first

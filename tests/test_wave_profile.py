@@ -31,6 +31,7 @@ def test_every_lever_splits_its_wave_into_phases_that_add_up():
         assert line.forwards == 2 + line.steps and line.rows == 4 and line.head_s > 0
         assert line.followed or not line.whole_call  # the chosen call is one of the payload's
         assert line.chosen_s is None or line.chosen_s <= line.wave_s
+        assert line.first_s <= line.wave_s
     # the tiny model's answers do not depend on the head's input or on the model copy
     assert len({line.payload for line in lines if LEVERS[line.lever]["mode"] == "wave"}) == 1
     assert predictor.gathered_head is LEVERS[list(LEVERS)[-1]]["gathered_head"]  # the last lever's settings stay
@@ -53,9 +54,9 @@ def test_levers_rotate_and_are_summarized_against_the_control():
     base = {"source": "dev", "chosen_s": 1.0, "whole_call": True}
     lines = []
     for rid, payload in (("a", "x"), ("b", "y")):
-        for lever, wave_s in zip(LEVERS, (4.0, 2.0, 1.6, 1.0)):
+        for lever, wave_s in zip(LEVERS, (4.0, 2.0, 1.6, 2.0, 1.0)):
             changed = lever != CONTROL and rid == "b" and "int8" in lever
-            lines.append({**base, "request_id": rid, "lever": lever, "wave_s": wave_s,
+            lines.append({**base, "request_id": rid, "lever": lever, "wave_s": wave_s, "first_s": wave_s,
                           "payload": "z" if changed else payload, "whole_call": not changed,
                           "followed": not changed and "chosen" not in lever})
     summary = {s.lever: s for s in summarize(lines)}

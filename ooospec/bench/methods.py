@@ -6,8 +6,10 @@ The bench and the ablations name every method as a string, so a notebook paramet
 
 * ``no_fsm``, ``no_retrieval``, ``pld=off|always|fallback`` (toolspec, ooospec): ToolSpec's parts;
 * ``blocking`` (ooospec): wait for the hint at the first boundary (ablation only);
-* ``sequential``, ``two_waves``, ``no_prefix_share``, ``chosen_wave`` (ooospec): how the sidecar decodes
-  its slots (``chosen_wave``: the other functions' rows stop once the function row has answered);
+* ``sequential``, ``two_waves``, ``no_prefix_share``, ``chosen_wave``, ``progressive`` (ooospec): how the
+  sidecar decodes its slots (``chosen_wave``: the other functions' rows stop once the function row has
+  answered; ``progressive``: the whole wave, its chosen call handed over first, the paper's single
+  delivery being the default);
 * ``slot``, ``base_only``, ``oracle``, ``gold`` (ooospec): which sidecar answers (default: the
   bench's ``sidecar`` setting);
 * ``nullable`` (ooospec): the trained sidecar's raw answers, null allowed for any slot, required ones
@@ -61,7 +63,8 @@ from ooospec.decoding.wave_policy import SCHEDULES, WaveCosts, WavePolicy
 BASES = ("ar", "pld", "toolspec", "ooospec")
 SIDECAR_KINDS = ("slot", "base_only", "oracle", "gold")
 SIDECAR_MODES = {"wave": "wave", "sequential": "sequential", "two_waves": "two_waves",
-                 "no_prefix_share": "wave_no_prefix_share", "chosen_wave": "chosen_wave"}
+                 "no_prefix_share": "wave_no_prefix_share", "chosen_wave": "chosen_wave",
+                 "progressive": "progressive_wave"}
 PLACEMENTS = ("own_core", "shared_core", "in_process")
 # Elastic OoO-Spec prefills in chunks of this many tokens while its sidecar's wave is in flight and
 # takes the second core at the first chunk boundary after the wave (then the rest in one forward).

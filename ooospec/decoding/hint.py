@@ -252,6 +252,7 @@ class HintBank(DraftSource):
         self.hints = []  # every call in every layout the target may use: chosen call, expected layout first
         self.cursors = {}
         self.done_polling = False
+        self._heard = False  # a result (a first delivery or the final one) was taken
         self.depth = replace(self.depth_settings) if self.depth_settings else None
         self._pending: list[int] = []
         self.fsm = None
@@ -295,21 +296,23 @@ class HintBank(DraftSource):
         """Sidecar timestamps (shared monotonic clock) on the trace's clock."""
         return monotonic_t + (time.perf_counter() - time.monotonic()) - self.ctx.trace.t0
 
-    def _reject(self, state: DecodeState, why: str) -> None:
-        self.stats.error = why
-        self.ctx.trace.emit("hint_rejected", round=state.round_index, reason=why)
-
     def _take(self, result: SidecarResult, state: DecodeState) -> None:
+        """A sidecar result becomes the bank's hints. A first delivery (``early``: a progressive
+        wave's chosen call) is taken as any hint and polling goes on; the final result then adds
+        the alternatives (cursors kept), and its failure leaves the first delivery's hints in place."""
         trace = self.ctx.trace
-        self.done_polling = True
-        self.stats.payload_bytes = result.payload_bytes
-        self.stats.extra["sidecar"] = result.detail  # e.g. why the sidecar's own join dropped a slot
+        self.done_polling = self.done_polling or not result.early
+        self._heard = True
+        self.stats.payload_bytes += result.payload_bytes  # both deliveries cross the boundary
+        self.stats.extra["early" if result.early else "sidecar"] = result.detail  # e.g. why a slot was dropped
+        if self.hints and not result.early:
+            self.stats.extra["final_round"] = state.round_index
         if result.error is not None:
             return self._reject(state, result.error)
         self.stats.wave_s = result.wave_s
         trace.emit("sidecar_wave", start=self._to_trace_time(result.wave_start),
                    end=self._to_trace_time(result.wave_end), rows=result.rows,
-                   received=self._to_trace_time(result.received_at))
+                   received=self._to_trace_time(result.received_at), early=result.early)
         checked = check_payload(result.payload, self.ctx.request)
         if checked.dropped:
             self.stats.extra["payload_dropped"] = checked.dropped
@@ -321,12 +324,22 @@ class HintBank(DraftSource):
         calls = checked.calls if self.follow else checked.calls[:1]
         layouts = self.ctx.surface.layouts(self.ctx.request)
         self.hints = list(dict.fromkeys(HintText(c.name, v.render([c])) for c in calls for v in layouts))
-        self.cursors = {h: 0 for h in self.hints}
-        self.stats.ready_round, self.stats.call = state.round_index, calls[0].to_dict()
-        self.stats.hint_text = self.hints[0].text
+        self.cursors = {h: self.cursors.get(h, 0) for h in self.hints}
+        if self.stats.ready_round is None:
+            self.stats.ready_round, self.stats.call = state.round_index, calls[0].to_dict()
+            self.stats.hint_text = self.hints[0].text
         self.stats.extra["calls"] = [c.to_dict() for c in calls]  # every function the hint can follow
         trace.emit("hint_ready", round=state.round_index, payload_bytes=result.payload_bytes,
-                   hint_chars=len(self.hints[0].text), calls=len(calls))
+                   hint_chars=len(self.hints[0].text), calls=len(calls), early=result.early)
+
+    def _reject(self, state: DecodeState, why: str) -> None:
+        """A result the bank cannot use; after a first delivery, its hints stay (the final failed)."""
+        if self.hints:
+            self.stats.extra["final_error"] = why
+            self.ctx.trace.emit("hint_final_rejected", round=state.round_index, reason=why)
+            return
+        self.stats.error = why
+        self.ctx.trace.emit("hint_rejected", round=state.round_index, reason=why)
 
     def _in_a_call(self, text: str) -> bool:
         """The committed text is at a call's opening or inside a call: nothing written yet, the FSM
@@ -359,15 +372,15 @@ class HintBank(DraftSource):
 
     def propose(self, state: DecodeState) -> list[Draft]:
         self._pending = []
+        if not self.done_polling and self.ticket is not None:
+            # blocking: wait for the first delivery only; after it, the final one is polled. Every
+            # result already in is taken (a first delivery, then the final one)
+            result = self.ticket.wait() if self.blocking and not self._heard else self.ticket.poll()
+            while result is not None:
+                self._take(result, state)
+                result = None if self.done_polling else self.ticket.poll()
         if not self.hints:
-            if self.done_polling or self.ticket is None:
-                return []
-            result = self.ticket.wait() if self.blocking else self.ticket.poll()
-            if result is None:
-                return []
-            self._take(result, state)
-            if not self.hints:
-                return []
+            return []
         # align the committed text with each candidate; the longest match says which call and
         # layout the target is writing (ties go to the chosen call's expected layout)
         best, best_hint = None, None
@@ -397,12 +410,13 @@ class HintBank(DraftSource):
 
     def end(self, state: DecodeState, result: Any) -> None:
         if self.wave_gate is not None and self.ticket is not None:
-            self.wave_gate.record(in_time=self.done_polling)
+            self.wave_gate.record(in_time=self._heard)
         if not self.done_polling and self.ticket is not None:
-            # the request finished before the hint arrived: record whether it ever would have
+            # the request finished before the (final) hint arrived: record whether it ever would have
             late = self.ticket.poll()
             self.stats.extra["arrived_after_finish"] = late is not None and late.error is None
-            self.stats.error = self.stats.error or "hint not ready before the request finished"
+            if not self._heard:
+                self.stats.error = self.stats.error or "hint not ready before the request finished"
         self.ctx.trace.emit("hint_summary", submitted=self.stats.submitted, ready_round=self.stats.ready_round,
                             error=self.stats.error, payload_bytes=self.stats.payload_bytes,
                             proposals=self.stats.proposals)

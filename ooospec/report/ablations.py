@@ -31,6 +31,7 @@ ABLATIONS: dict[str, tuple[str, str]] = {
     "ooospec:sequential": ("ooospec", "sequential slot decoding"),
     "ooospec:two_waves": ("ooospec", "two waves (function, then its arguments)"),
     "ooospec:chosen_wave": ("ooospec", "one wave, other functions' rows stopped at the function's answer"),
+    "ooospec:progressive": ("ooospec", "one wave, its chosen call sent before the alternatives"),
     "ooospec:no_prefix_share": ("ooospec", "one wave without a shared prefix cache"),
     "ooospec:base_only": ("ooospec", "sidecar base without the adapter"),
     "ooospec:nullable": ("ooospec", "sidecar may answer null for required slots"),

@@ -20,15 +20,24 @@ FAULTS = ("crash", "hang", "garbage", "unknown_function", "raise")
 
 
 class OraclePredictor:
-    """Answers each request with a fixed call looked up by request id."""
+    """Answers each request with a fixed call looked up by request id. With ``early_s`` (the
+    progressive delivery's tests), the call is also handed over through ``early`` after that many
+    seconds, and the final answer, after ``wave_s`` in all, is ``final`` where it names one."""
 
-    def __init__(self, calls: Mapping[str, dict[str, Any]], wave_s: float = 0.0):
-        self.calls, self.wave_s = calls, wave_s
+    def __init__(self, calls: Mapping[str, Any], wave_s: float = 0.0, early_s: float | None = None,
+                 final: Mapping[str, Any] | None = None):
+        self.calls, self.wave_s, self.early_s, self.final = calls, wave_s, early_s, final or {}
 
-    def predict(self, request: Request, mode: str) -> Prediction:
-        if self.wave_s:
-            time.sleep(self.wave_s)
+    def predict(self, request: Request, mode: str, early: Any = None) -> Prediction:
         call = self.calls.get(request.id)
+        waited = 0.0
+        if self.early_s is not None and early is not None and call is not None:
+            time.sleep(self.early_s)
+            waited = self.early_s
+            early(Prediction(call=call, rows=0, detail={"oracle": True, "early": True}))
+        if self.wave_s > waited:
+            time.sleep(self.wave_s - waited)
+        call = self.final.get(request.id, call)
         return Prediction(call=call, rows=0, detail={"oracle": call is not None})
 
 
@@ -40,7 +49,7 @@ class FaultyPredictor:
             raise ValueError(f"unknown fault {fault!r}; known: {FAULTS}")
         self.fault, self.after_s = fault, after_s
 
-    def predict(self, request: Request, mode: str) -> Prediction:
+    def predict(self, request: Request, mode: str, early: Any = None) -> Prediction:
         time.sleep(self.after_s)
         if self.fault == "crash":
             os._exit(3)  # the whole sidecar process dies mid-request

@@ -8,9 +8,10 @@ exactly as if it ran alone), and rows leave the batch as soon as they emit the e
 rows answer ``null`` in two tokens). The two ablations of the paper's design use the same
 machinery: `predict_sequential` (rows one at a time, each with its own prefix) and
 `predict_two_waves` (function index first, then only the chosen function's arguments). The
-``chosen_wave`` mode is the wave whose other functions' rows stop as soon as the function row has
-answered (`ChosenRows`): the chosen call only, without the alternatives, and no waiting for the
-other functions' rows, whose longest one decides the wave's length on most requests.
+other functions' rows, whose longest one decides the wave's length on most requests, need not be
+waited for (`ChosenRows`): the ``chosen_wave`` mode stops them as soon as the function row has
+answered (the chosen call only, no alternatives); the ``progressive_wave`` mode runs them all but
+hands the chosen call over first (`EarlyCall`), as soon as its rows are final.
 
 `SlotWavePredictor` is this predictor behind the sidecar protocol (`ooospec.sidecar.protocol`):
 what the service runs in its own process.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -111,6 +112,15 @@ class WaveResult:
                    data["prefix_tokens"], rows, data["forwards"], dropped, data.get("reason"), timeline)
 
 
+@dataclass(frozen=True)
+class EarlyCall:
+    """A progressive wave's first delivery: the chosen call alone, before the alternatives."""
+
+    call: Call
+    payload: str
+    latency_s: float
+
+
 class AdapterPromptMismatch(ValueError):
     """A frozen adapter whose prompt config this service cannot render exactly as it was trained."""
 
@@ -170,25 +180,50 @@ class _Generation:
     timeline: list[ForwardTime]
 
 
-@dataclass(frozen=True)
+@dataclass
 class ChosenRows:
-    """Which rows of a wave stop once its function row has answered: those of the other functions.
+    """What one wave does once its function row has answered (an instance serves one wave).
 
     ``functions``: per row, the function it asks about (None: the function row); ``names``: the
-    request's tools in index order. A function answer that names no tool stops nothing."""
+    request's tools in index order. ``cut``: the other functions' rows stop there (``chosen_wave``).
+    ``on_complete``: called once, with the answers of the function row and of the chosen function's
+    rows, as soon as they are all final while other rows still run (``progressive_wave``: the
+    chosen call is sent before the alternatives). A function answer that names no tool changes
+    nothing."""
 
     functions: list[str | None]
     names: list[str]
+    cut: bool = True
+    on_complete: Callable[[dict[int, str]], None] | None = None
+    stopped: set[int] = field(default_factory=set)
+    _mine: set[int] | None = None  # the function row and the chosen function's rows, once answered
+    _announced: bool = False
 
     @property
     def function_row(self) -> int:
         return self.functions.index(None)
 
-    def others(self, answer: str) -> set[int]:
+    def chosen(self, answer: str) -> str | None:
+        """The tool a function row's ``answer`` names (None: it names none)."""
         index, _ = parse_function_index(answer, len(self.names))
-        if index is None:
-            return set()
-        return {i for i, f in enumerate(self.functions) if f is not None and f != self.names[index]}
+        return None if index is None else self.names[index]
+
+    def after_step(self, finished: list[bool], answers: Callable[[int], str]) -> set[int]:
+        """The rows to stop after a step (``finished``: rows that have written their end token;
+        ``answers(row)``: a row's answer so far)."""
+        stop: set[int] = set()
+        if self._mine is None and finished[self.function_row]:
+            name = self.chosen(answers(self.function_row))
+            self._mine = set() if name is None else {i for i, f in enumerate(self.functions) if f in (None, name)}
+            if self.cut and name is not None:
+                stop = {row for row in range(len(finished)) if row not in self._mine and not finished[row]}
+                self.stopped |= stop
+        if self._mine and not self._announced and self.on_complete is not None \
+                and all(finished[row] for row in self._mine) \
+                and any(not finished[row] and row not in self.stopped for row in range(len(finished))):
+            self._announced = True
+            self.on_complete({row: answers(row) for row in sorted(self._mine)})
+        return stop
 
 
 class NullBan:
@@ -301,7 +336,6 @@ class SlotPredictor:
         finished = [False] * batch
         done_after = [0] * batch
         cut: set[int] = set()  # rows stopped by ``chosen_rows``
-        answered = False  # the function row has answered (``chosen_rows``)
         active = list(range(batch))
         logits = out.logits[:, -1]
         guard = torch.tensor(no_null, dtype=torch.bool) if no_null is not None and any(no_null) else None
@@ -318,12 +352,11 @@ class SlotPredictor:
                 else:
                     tokens[row].append(chosen[row_pos])
                     still.append(row_pos)
-            if chosen_rows is not None and not answered and finished[chosen_rows.function_row]:
-                answered = True
-                cut = chosen_rows.others(self._decode(tokens[chosen_rows.function_row])) - {
-                    row for row in range(batch) if finished[row]}
-                for row in cut:
+            if chosen_rows is not None:
+                stop = chosen_rows.after_step(finished, lambda row: self._decode(tokens[row]))
+                for row in stop:
                     done_after[row] = forwards
+                cut |= stop
                 still = [row_pos for row_pos in still if active[row_pos] not in cut]
             if not still or step == self.max_new_tokens - 1:
                 break
@@ -434,23 +467,42 @@ class SlotPredictor:
         return WaveResult(request.id, mode, joined.call, payload, len(payload.encode()) if payload else 0,
                           latency, prefix_tokens, rows, forwards, joined.dropped, joined.reason, timeline)
 
-    def predict_wave(self, request: Request, share_prefix: bool = True, chosen_only: bool = False) -> WaveResult:
-        """Every online row of ``request`` in one batched greedy generation; ``chosen_only``: the
-        ``chosen_wave`` mode (other functions' rows cut once the function row answers, no alternatives)."""
+    def predict_wave(self, request: Request, share_prefix: bool = True, chosen_only: bool = False,
+                     early: Callable[[EarlyCall], None] | None = None) -> WaveResult:
+        """Every online row of ``request`` in one batched greedy generation. ``chosen_only``: the
+        ``chosen_wave`` mode (other functions' rows cut once the function row answers, no
+        alternatives); ``early``: the ``progressive_wave`` mode (the whole wave, and ``early`` called
+        with the chosen call as soon as its rows are final, if other rows still run then)."""
         start = time.perf_counter()
-        mode = "chosen_wave" if chosen_only else "wave" if share_prefix else "wave_no_prefix_share"
+        mode = ("chosen_wave" if chosen_only else "progressive_wave" if early is not None
+                else "wave" if share_prefix else "wave_no_prefix_share")
         prefix = self.prefix_ids(request)
         keys, questions = zip(*online_questions(request))
         encoded = [encode(self.tokenizer, q) for q in questions]
         refusal = self.context_refusal(prefix, encoded)
         if refusal is not None:
             return self._refused(request, mode, refusal, start, len(prefix))
-        chosen = ChosenRows([k.function for k in keys], [t["name"] for t in request.tools]) if chosen_only else None
+        chosen = None
+        if chosen_only or early is not None:
+            announce = None if early is None else self._announcer(request, list(keys), start, early)
+            chosen = ChosenRows([k.function for k in keys], [t["name"] for t in request.tools], cut=chosen_only,
+                                on_complete=announce)
         gen = self.generate_rows(prefix, encoded, share_prefix, no_null=self._no_null(request, list(keys)),
                                  copier=self.copier(request, list(keys)), chosen_rows=chosen)
         latency = time.perf_counter() - start
         return self._result(request, mode, self._rows(list(keys), gen), latency, len(prefix), gen.forwards,
                             gen.timeline)
+
+    @staticmethod
+    def _announcer(request: Request, keys: list[RowKey], start: float,
+                   early: Callable[[EarlyCall], None]) -> Callable[[dict[int, str]], None]:
+        """What a progressive wave calls with its chosen rows' answers: their call, joined as the
+        whole wave joins it, handed to ``early`` (not when the rows join into no call)."""
+        def announce(answers: dict[int, str]) -> None:
+            joined = join_rows(request, {keys[row]: text for row, text in answers.items()})
+            if joined.call is not None:
+                early(EarlyCall(joined.call, joined.payload, time.perf_counter() - start))
+        return announce
 
     def predict_sequential(self, request: Request) -> WaveResult:
         """Ablation: the same rows one at a time (the prefix KV is still computed once).
@@ -501,9 +553,13 @@ class SlotPredictor:
         latency = time.perf_counter() - start
         return self._result(request, "two_waves", rows, latency, len(prefix), forwards, timeline)
 
-    def predict(self, request: Request, mode: str = "wave") -> WaveResult:
+    def predict(self, request: Request, mode: str = "wave",
+                early: Callable[[EarlyCall], None] | None = None) -> WaveResult:
+        """``request``'s wave in ``mode``; ``early`` hears a progressive wave's first delivery."""
         if mode == "wave":
             return self.predict_wave(request)
+        if mode == "progressive_wave":
+            return self.predict_wave(request, early=early or (lambda _: None))
         if mode == "wave_no_prefix_share":
             return self.predict_wave(request, share_prefix=False)
         if mode == "chosen_wave":
@@ -569,8 +625,10 @@ class SlotWavePredictor:
             self.predictor = SlotPredictor.from_frozen(Path(adapter_dir), profile, max_new_tokens,
                                                        required_values=required_values, optional_values=optional_values)
 
-    def predict(self, request: Request, mode: str) -> Prediction:
-        wave = self.predictor.predict(request, mode)
+    def predict(self, request: Request, mode: str, early: Callable[[Prediction], None] | None = None) -> Prediction:
+        deliver = None if early is None else (lambda first: early(Prediction(
+            call=first.payload, rows=0, detail={"early": True, "predictor_latency_s": first.latency_s})))
+        wave = self.predictor.predict(request, mode, early=deliver)
         return Prediction(call=wave.payload, rows=len(wave.rows),
                           detail={"forwards": wave.forwards, "prefix_tokens": wave.prefix_tokens,
                                   "dropped_slots": len(wave.dropped), "reason": wave.reason,

@@ -14,9 +14,10 @@ from typing import Any, Callable, Protocol
 from ooospec.data.request import Request
 
 # How a predictor answers a request's slot rows: one batched wave (the paper's design), the wave
-# without the shared request prefix, one row at a time, function index first, then arguments, or
-# the wave whose other functions' rows stop once the function row has answered.
-MODES = ("wave", "wave_no_prefix_share", "sequential", "two_waves", "chosen_wave")
+# without the shared request prefix, one row at a time, function index first, then arguments, the
+# wave whose other functions' rows stop once the function row has answered, or the whole wave with
+# the chosen call handed over first (`Predictor.predict`'s ``early``).
+MODES = ("wave", "wave_no_prefix_share", "sequential", "two_waves", "chosen_wave", "progressive_wave")
 
 
 @dataclass
@@ -31,7 +32,11 @@ class Prediction:
 
 
 class Predictor(Protocol):
-    def predict(self, request: Request, mode: str) -> Prediction: ...
+    def predict(self, request: Request, mode: str,
+                early: Callable[[Prediction], None] | None = None) -> Prediction:
+        """``request``'s prediction in ``mode``. A predictor may hand part of it over before it
+        returns, through ``early`` (the progressive wave's chosen call); others ignore ``early``."""
+        ...
 
 
 @dataclass

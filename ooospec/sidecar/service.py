@@ -6,6 +6,10 @@ and then only ever *polls* (a zero-timeout queue read) at candidate-construction
 the sidecar's latency never enters the decode path. Only the compact semantic call crosses the
 process boundary, and its byte size is recorded (the paper: 85 B per request on average).
 
+A predictor may hand part of its answer over before it returns (the progressive wave's chosen call,
+`ooospec.sidecar.protocol.Predictor`): that result is sent at once with ``early`` set, and a ticket's
+poll returns it once, then the final result when it comes.
+
 Faults never change the output: a crashed, hung or garbage-returning sidecar resolves the ticket
 to a `SidecarResult` with `error` set, and the hint bank simply offers nothing.
 
@@ -33,10 +37,10 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ooospec.data.request import Request
-from ooospec.sidecar.protocol import MODES, Predictor, PredictorSpec
+from ooospec.sidecar.protocol import MODES, Prediction, Predictor, PredictorSpec
 
 PARENT_POLL_S = 0.5  # how often the sidecar process checks that its parent is still there
 STARTUP_POLL_S = 0.2  # how often the parent checks, while waiting for ready, that the sidecar lives
@@ -61,6 +65,7 @@ class SidecarResult:
     rows: int = 0
     error: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    early: bool = False  # a first delivery (the chosen call); the final result follows
 
     @property
     def wave_s(self) -> float:
@@ -70,20 +75,34 @@ class SidecarResult:
         return asdict(self)
 
 
-def _run_job(predictor: Predictor, job: dict[str, Any]) -> dict[str, Any]:
+def _fill(out: SidecarResult, prediction: Prediction) -> None:
+    """``prediction``'s call as it crosses the boundary: compact JSON, and its size."""
+    out.rows = prediction.rows
+    out.detail = prediction.detail
+    if isinstance(prediction.call, str):  # a predictor may hand over raw text; the hint bank validates it
+        out.payload = prediction.call
+    elif prediction.call is not None:
+        out.payload = json.dumps(prediction.call, separators=(",", ":"), ensure_ascii=False)
+    if out.payload is not None:
+        out.payload_bytes = len(out.payload.encode("utf-8"))
+
+
+def _run_job(predictor: Predictor, job: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """One request's final result; a first delivery the predictor hands over goes out through
+    ``send`` at once (``delay_s`` delays only the final result)."""
     request = Request.from_dict(job["request"])
     out = SidecarResult(request_id=request.id, submitted_at=job["submitted_at"])
     out.wave_start = time.monotonic()
+
+    def early(prediction: Prediction) -> None:
+        first = SidecarResult(request_id=request.id, submitted_at=job["submitted_at"], wave_start=out.wave_start,
+                              early=True)
+        _fill(first, prediction)
+        first.wave_end = first.sent_at = time.monotonic()
+        send(first.to_dict())
+
     try:
-        prediction = predictor.predict(request, job["mode"])
-        out.rows = prediction.rows
-        out.detail = prediction.detail
-        if isinstance(prediction.call, str):  # a predictor may hand over raw text; the hint bank validates it
-            out.payload = prediction.call
-        elif prediction.call is not None:
-            out.payload = json.dumps(prediction.call, separators=(",", ":"), ensure_ascii=False)
-        if out.payload is not None:
-            out.payload_bytes = len(out.payload.encode("utf-8"))
+        _fill(out, predictor.predict(request, job["mode"], early=early))
     except Exception as err:  # a predictor bug must not take the service down
         out.error = f"predictor raised {type(err).__name__}: {err}"
     out.wave_end = time.monotonic()
@@ -135,7 +154,7 @@ def _serve(spec: PredictorSpec, jobs: Any, results: Any, threads: int | None,
             job = newer
         if job is None:
             return
-        results.put(_run_job(predictor, job))
+        results.put(_run_job(predictor, job, results.put))
 
 
 class SidecarService:
@@ -150,6 +169,7 @@ class SidecarService:
         self.cpu_affinity, self.delay_s, self.timeout_s = cpu_affinity, delay_s, timeout_s
         self.startup_timeout_s = startup_timeout_s
         self._results: dict[str, SidecarResult] = {}
+        self._early: dict[str, SidecarResult] = {}  # first deliveries not yet polled
         self._pending: set[str] = set()
         self._worker: Any = None
         self.pid: int | None = None
@@ -245,6 +265,7 @@ class SidecarService:
             raise ValueError(f"sidecar mode must be one of {MODES}, not {mode!r}")
         submitted_at = time.monotonic()
         self._results.pop(request.id, None)
+        self._early.pop(request.id, None)
         self._pending.add(request.id)
         self._jobs.put({"request": request.to_dict(), "mode": mode, "submitted_at": submitted_at,
                         "delay_s": self.delay_s})
@@ -252,8 +273,12 @@ class SidecarService:
 
     def result(self, request_id: str, submitted_at: float) -> "SidecarResult | None":
         """Zero-timeout check for one request: its result, an error result (the worker died, or
-        the request is older than ``timeout_s``), or None (not yet)."""
+        the request is older than ``timeout_s``), or None (not yet). A first delivery comes before
+        the final result, once, even when both are in."""
         self._drain()
+        first = self._early.pop(request_id, None)
+        if first is not None:
+            return first
         result = self._results.pop(request_id, None)
         if result is not None:
             return result
@@ -276,6 +301,9 @@ class SidecarService:
             if "request_id" in message:
                 result = SidecarResult(**message)
                 result.received_at = time.monotonic()
+                if result.early:
+                    self._early[result.request_id] = result
+                    continue
                 self._results[result.request_id] = result
                 self._pending.discard(result.request_id)
 
@@ -294,6 +322,7 @@ class SidecarService:
             self._drain()
             time.sleep(0.002)
         self._results.clear()
+        self._early.clear()
         idle = not self._pending
         self._pending.clear()
         return idle
@@ -319,7 +348,8 @@ def failed_result(request_id: str, submitted_at: float, why: str, now: float) ->
 
 @dataclass
 class SidecarTicket:
-    """The decode loop's handle on one submitted request; the first answer is final."""
+    """The decode loop's handle on one submitted request: a first delivery (``early``) is returned
+    once, then nothing until the final answer, which stays."""
 
     service: SidecarService
     request_id: str
@@ -327,10 +357,13 @@ class SidecarTicket:
     _final: SidecarResult | None = None
 
     def poll(self) -> SidecarResult | None:
-        """Zero-timeout check: the result, an error result (crash / hang), or None (not yet)."""
-        if self._final is None:
-            self._final = self.service.result(self.request_id, self.submitted_at)
-        return self._final
+        """Zero-timeout check: the result, an error result (crash / hang), a first delivery, or None."""
+        if self._final is not None:
+            return self._final
+        result = self.service.result(self.request_id, self.submitted_at)
+        if result is not None and not result.early:
+            self._final = result
+        return result
 
     def wait(self, timeout_s: float | None = None) -> SidecarResult:
         """Block until the result is in: used only by the *blocking* ablation."""

@@ -24,9 +24,14 @@ def slot_sidecar(adapter_dir: Path | str, profile: str = "cpu", base_only: bool 
                                              "optional_values": optional_values and required_values})
 
 
-def oracle_sidecar(calls: Mapping[str, dict[str, Any]], wave_s: float = 0.0) -> PredictorSpec:
-    """A sidecar that answers with known calls (the upper bound; latency sweeps)."""
-    return PredictorSpec(OraclePredictor, {"calls": calls, "wave_s": wave_s})
+def oracle_sidecar(calls: Mapping[str, dict[str, Any]], wave_s: float = 0.0, early_s: float | None = None,
+                   final: Mapping[str, Any] | None = None) -> PredictorSpec:
+    """A sidecar that answers with known calls (the upper bound; latency sweeps); ``early_s``: it
+    hands its call over first after that many seconds, then ``final`` (default: the same call)."""
+    options: dict[str, Any] = {"calls": calls, "wave_s": wave_s}
+    if early_s is not None:  # the options of the plain oracle stay as they were (run keys hash them)
+        options.update(early_s=early_s, final=dict(final or {}))
+    return PredictorSpec(OraclePredictor, options)
 
 
 def faulty_sidecar(fault: str, after_s: float = 0.0) -> PredictorSpec:

@@ -39,7 +39,7 @@ from ooospec.data.request import Call, Request
 from ooospec.paths import artifacts_dir, shown
 from ooospec.progress import progress_bar
 from ooospec.sidecar.metrics import score_wave
-from ooospec.sidecar.predictor import SlotPredictor, WaveResult
+from ooospec.sidecar.predictor import EarlyCall, SlotPredictor, WaveResult
 from ooospec.sidecar.slots import FUNCTION_INDEX
 from ooospec.stage import Stage, append_jsonl, code_fingerprint, read_jsonl, write_jsonl
 
@@ -58,6 +58,7 @@ LEVERS: dict[str, dict[str, Any]] = {
     CONTROL: {"gathered_head": False, "model": "served", "mode": "wave"},
     "gathered head": {"gathered_head": True, "model": "served", "mode": "wave"},
     "gathered head, chosen wave": {"gathered_head": True, "model": "served", "mode": "chosen_wave"},
+    "gathered head, progressive": {"gathered_head": True, "model": "served", "mode": "progressive_wave"},
     "gathered head, int8": {"gathered_head": True, "model": "int8", "mode": "wave"},
 }
 
@@ -82,6 +83,7 @@ class WaveProfile:
     prefix_tokens: int
     question_tokens: int  # the rows' first forward's width
     wave_s: float
+    first_s: float  # when the chosen call was handed over: the wave's end, or a progressive wave's first delivery
     prefix_s: float
     rows_s: float
     steps: int
@@ -147,7 +149,8 @@ def profile_wave(predictor: SlotPredictor, models: dict[str, torch.nn.Module], c
         setattr(predictor, name, value)
     clocks[model].take()
     request = item.request
-    wave = predictor.predict(request, mode)
+    early: list[EarlyCall] = []
+    wave = predictor.predict(request, mode, early=early.append)
     head = clocks[model].take()
     by_kind = {kind: [f for f in wave.timeline if f.kind == kind] for kind in ("prefix", "rows", "step")}
     chosen = chosen_complete(wave)
@@ -155,6 +158,7 @@ def profile_wave(predictor: SlotPredictor, models: dict[str, torch.nn.Module], c
     return WaveProfile(
         request.id, item.source, lever, len(wave.rows), wave.prefix_tokens,
         by_kind["rows"][0].tokens if by_kind["rows"] else 0, round(wave.latency_s, 4),
+        round(early[0].latency_s if early else wave.latency_s, 4),
         round(sum(f.seconds for f in by_kind["prefix"]), 4), round(sum(f.seconds for f in by_kind["rows"]), 4),
         len(by_kind["step"]), round(sum(f.seconds for f in by_kind["step"]), 4), round(head, 4),
         round(wave.latency_s - sum(f.seconds for f in wave.timeline), 4), chosen,
@@ -287,6 +291,7 @@ class LeverSummary:
     n: int
     median_wave_s: float
     speedup: float  # the control's median wave over this lever's
+    median_first_s: float  # the chosen call handed over
     median_chosen_s: float | None
     same_payload: int
     whole_call: int
@@ -304,6 +309,7 @@ def summarize(lines: list[dict[str, Any]]) -> list[LeverSummary]:
             chosen = [line["chosen_s"] for line in mine if line["chosen_s"] is not None]
             median = statistics.median(line["wave_s"] for line in mine)
             out.append(LeverSummary(source, lever, len(mine), round(median, 3), round(base / median, 2),
+                                    round(statistics.median(line["first_s"] for line in mine), 3),
                                     round(statistics.median(chosen), 3) if chosen else None,
                                     sum(line["payload"] == control[line["request_id"]]["payload"] for line in mine),
                                     sum(line["whole_call"] for line in mine), sum(line["followed"] for line in mine)))
@@ -398,7 +404,8 @@ def committed_tables() -> list[tuple[str, "pd.DataFrame", "pd.DataFrame"]]:
     out = []
     for info, lines in committed_studies():
         levers = pd.DataFrame([asdict(s) for s in summarize(lines)]).rename(columns={
-            "source": "requests", "median_wave_s": "median wave s", "median_chosen_s": "median chosen call s",
+            "source": "requests", "median_wave_s": "median wave s", "median_first_s": "median first delivery s",
+            "median_chosen_s": "median chosen call s",
             "same_payload": "payload as control", "whole_call": "whole call"}).set_index(["requests", "lever"])
         out.append((f"{machine_cell(info['machine'])}, {info['threads']} thread, {info['arithmetic']}", levers,
                     phase_table(lines, SERVED_LEVER)))
