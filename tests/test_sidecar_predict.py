@@ -476,3 +476,47 @@ def test_the_progressive_mode_ends_with_the_whole_waves_payload():
         wave, progressive = predictor.predict(req, "wave"), predictor.predict(req, "progressive_wave", early=heard.append)
         assert progressive.mode == "progressive_wave" and progressive.payload == wave.payload
         assert all(first.payload == wave.call.compact() for first in heard)  # the chosen call, if sent first
+
+
+class KnownDrafter:
+    """Proposes each row's own greedy continuation (read off a run without drafts), or, ``wrong``,
+    tokens greedy decoding never writes there: every draft accepted, or none."""
+
+    def __init__(self, answers, wrong=False):
+        self.answers, self.wrong = answers, wrong
+
+    def propose(self, written, room):
+        for answer in self.answers:
+            if answer[:len(written)] == written:
+                rest = answer[len(written):][:min(room, 3)]
+                return [(t + 1) % 50 for t in rest] if self.wrong else rest
+        return []
+
+
+def test_span_drafts_keep_every_rows_greedy_answer_in_fewer_forwards():
+    predictor = sharp_predictor()
+    predictor.max_new_tokens = 12
+    req = request(text="weather in Paris, please, in celsius?")
+    prefix = predictor.prefix_ids(req)
+    encoded = [encode(predictor.tokenizer, q) for _, q in online_questions(req)]
+    predictor._decode = lambda ids: list(ids)  # answers as token ids
+    plain = predictor.generate_rows(prefix, encoded)
+    right = predictor.generate_rows(prefix, encoded, drafter=KnownDrafter(plain.texts))
+    wrong = predictor.generate_rows(prefix, encoded, drafter=KnownDrafter(plain.texts, wrong=True))
+    for drafted in (right, wrong):
+        assert (drafted.texts, drafted.truncated) == (plain.texts, plain.truncated)
+        assert len(drafted.timeline) == drafted.forwards and max(drafted.done_after) == drafted.forwards
+    assert all(len(t) == 12 for t in plain.texts)  # every row ran to the limit, and no further
+    assert right.forwards < plain.forwards and wrong.forwards == plain.forwards
+    assert any(f.tokens > 1 for f in right.timeline if f.kind == "step")
+
+
+def test_a_span_drafter_proposes_what_follows_the_rows_end_in_the_request():
+    from ooospec.sidecar.span_drafts import SpanDrafter, SpanDraftSettings
+
+    source = [5, 6, 7, 8, 9, 6, 7, 1, 2, 3]
+    drafter = SpanDrafter(source, SpanDraftSettings(max_ngram=2, max_tokens=3), stop={2})
+    assert drafter.propose([4, 6, 7], room=10) == [1]  # the last "6 7" is followed by 1, then the stop token
+    assert drafter.propose([9, 8], room=10) == [9, 6, 7]  # "9 8" is nowhere: "8" is, followed by 9 6 7 ...
+    assert drafter.propose([8], room=2) == [9, 6] and drafter.propose([8], room=0) == []
+    assert drafter.propose([42], room=5) == [] and drafter.propose([], room=5) == []

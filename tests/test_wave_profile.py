@@ -33,8 +33,8 @@ def test_every_lever_splits_its_wave_into_phases_that_add_up():
         assert line.chosen_s is None or line.chosen_s <= line.wave_s
         assert line.first_s <= line.wave_s
     # the tiny model's answers do not depend on the head's input or on the model copy
-    assert len({line.payload for line in lines if LEVERS[line.lever]["mode"] == "wave"}) == 1
-    assert predictor.gathered_head is LEVERS[list(LEVERS)[-1]]["gathered_head"]  # the last lever's settings stay
+    assert len({line.payload for line in lines if LEVERS[line.lever].get("mode", "wave") == "wave"}) == 1
+    assert predictor.gathered_head and predictor.span_drafts is None  # the last lever (int8) serves as served
 
 
 def test_the_chosen_call_is_complete_when_its_function_row_and_rows_are():
@@ -54,7 +54,7 @@ def test_levers_rotate_and_are_summarized_against_the_control():
     base = {"source": "dev", "chosen_s": 1.0, "whole_call": True}
     lines = []
     for rid, payload in (("a", "x"), ("b", "y")):
-        for lever, wave_s in zip(LEVERS, (4.0, 2.0, 1.6, 2.0, 1.0)):
+        for lever, wave_s in zip(LEVERS, (4.0, 2.0, 1.6, 2.0, 1.5, 1.5, 1.0)):
             changed = lever != CONTROL and rid == "b" and "int8" in lever
             lines.append({**base, "request_id": rid, "lever": lever, "wave_s": wave_s, "first_s": wave_s,
                           "payload": "z" if changed else payload, "whole_call": not changed,

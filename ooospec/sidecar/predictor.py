@@ -39,6 +39,7 @@ from ooospec.sidecar.base_model import PROFILE_BASE, TINY_BASE
 from ooospec.sidecar.copy_values import CopySettings, SpanCopier, request_text, string_slot
 from ooospec.sidecar.join import DroppedSlot, join_rows, parse_function_index
 from ooospec.sidecar.protocol import MODES, Prediction
+from ooospec.sidecar.span_drafts import SpanDrafter, SpanDraftSettings
 from ooospec.sidecar.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix, target_text,
                                    tool_properties, tool_required)
 
@@ -252,6 +253,19 @@ class NullBan:
         return logits
 
 
+def _accepted(logits: torch.Tensor, drafts: list[list[int]]) -> list[int]:
+    """Per row, how many of its draft tokens greedy decoding writes: position j's argmax (the token
+    after the row's token and j draft tokens) must be draft token j."""
+    greedy = logits.argmax(-1).tolist()
+    kept = []
+    for row, draft in enumerate(drafts):
+        k = 0
+        while k < len(draft) and greedy[row][k] == draft[k]:
+            k += 1
+        kept.append(k)
+    return kept
+
+
 class SlotPredictor:
     """Sidecar base (+ frozen adapter, merged) answering slot rows greedily."""
 
@@ -277,6 +291,8 @@ class SlotPredictor:
         # The rows' first forward hands the head each row's last position gathered into one
         # contiguous batch (`_last_position`); False slices it (the control the wave study measures).
         self.gathered_head = True
+        # With ``span_drafts`` every step also verifies request-span drafts (`ooospec.sidecar.span_drafts`)
+        self.span_drafts: SpanDraftSettings | None = None
         self._null_ban: NullBan | None = None
         self.tokenizer = tokenizer
         self.prompt = prompt
@@ -296,14 +312,18 @@ class SlotPredictor:
     @torch.no_grad()
     def generate_rows(self, prefix_ids: list[int], questions: list[list[int]], share_prefix: bool = True,
                       prefix_cache: Any = None, no_null: list[bool] | None = None,
-                      copier: SpanCopier | None = None, chosen_rows: ChosenRows | None = None) -> _Generation:
+                      copier: SpanCopier | None = None, chosen_rows: ChosenRows | None = None,
+                      drafter: SpanDrafter | None = None) -> _Generation:
         """Greedy answers of ``questions`` after one prefix, as one shrinking batch.
 
         With ``share_prefix`` the prefix runs once (or not at all when ``prefix_cache`` is given);
         without it, every row carries the whole prefix (the no-sharing ablation). Rows flagged in
         ``no_null`` may not start their answer with null; ``copier`` picks the tokens of the rows
         it constrains (copy-aware string slots); with ``chosen_rows``, the other functions' rows leave
-        the batch, cut, once the function row has answered. Every forward is timed (`ForwardTime`).
+        the batch, cut, once the function row has answered; with ``drafter``, each step verifies a
+        request-span draft after every row's token (`_accepted`: a row keeps what greedy decoding
+        writes). A row stops at its end token or at ``max_new_tokens`` tokens (truncated). Every
+        forward is timed (`ForwardTime`).
         """
         batch = len(questions)
         timeline: list[ForwardTime] = []
@@ -341,7 +361,7 @@ class SlotPredictor:
         guard = torch.tensor(no_null, dtype=torch.bool) if no_null is not None and any(no_null) else None
         if guard is not None and self._null_ban is None:
             self._null_ban = NullBan(self.tokenizer, logits.shape[-1])
-        for step in range(self.max_new_tokens):
+        for _ in range(self.max_new_tokens):  # every forward writes at least one token of every row
             if guard is not None:  # rows of ``active``, in order: flagged and still blank
                 logits = self._null_ban.apply(logits, guard)
             chosen = logits.argmax(-1).tolist() if copier is None else copier.choose(logits, active, self.eos)
@@ -351,14 +371,17 @@ class SlotPredictor:
                     finished[row], done_after[row] = True, forwards
                 else:
                     tokens[row].append(chosen[row_pos])
-                    still.append(row_pos)
+                    if len(tokens[row]) < self.max_new_tokens:
+                        still.append(row_pos)
+                    else:  # at the token limit: truncated, final now
+                        done_after[row] = forwards
             if chosen_rows is not None:
                 stop = chosen_rows.after_step(finished, lambda row: self._decode(tokens[row]))
                 for row in stop:
                     done_after[row] = forwards
                 cut |= stop
                 still = [row_pos for row_pos in still if active[row_pos] not in cut]
-            if not still or step == self.max_new_tokens - 1:
+            if not still:
                 break
             if guard is not None:
                 guard = guard & self._null_ban.blank[torch.tensor(chosen)]
@@ -372,19 +395,39 @@ class SlotPredictor:
                 mask, next_pos = mask[keep], next_pos[keep]
                 chosen = [chosen[i] for i in still]
                 active = [active[i] for i in still]
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+            drafts = [[] if drafter is None or (guard is not None and bool(guard[pos]))  # no draft past a ban
+                      else drafter.propose(tokens[row], self.max_new_tokens - len(tokens[row]) - 1)
+                      for pos, row in enumerate(active)]
+            width = 1 + max(len(d) for d in drafts)
+            ids = torch.full((len(active), width), self.pad_id, dtype=torch.long)
+            step_mask = torch.zeros((len(active), width), dtype=torch.long)
+            for pos, draft in enumerate(drafts):
+                ids[pos, :1 + len(draft)] = torch.tensor([chosen[pos], *draft])
+                step_mask[pos, :1 + len(draft)] = 1
+            mask = torch.cat([mask, step_mask], dim=1)
             start = time.perf_counter()
-            out = self.model(input_ids=torch.tensor(chosen).unsqueeze(1), attention_mask=mask,
-                             position_ids=next_pos, cache=cache, use_cache=True)
-            timeline.append(ForwardTime("step", len(active), 1, time.perf_counter() - start))
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=next_pos + torch.arange(width),
+                             cache=cache, use_cache=True)
+            timeline.append(ForwardTime("step", len(active), width, time.perf_counter() - start))
             forwards += 1
-            cache, next_pos = out.cache, next_pos + 1
-            logits = out.logits[:, -1]
+            cache = out.cache
+            kept = _accepted(out.logits, drafts)
+            for pos, row in enumerate(active):
+                tokens[row].extend(drafts[pos][:kept[pos]])
+                mask[pos, mask.shape[1] - width + 1 + kept[pos]:] = 0  # rejected draft positions: never attended
+            logits = out.logits[torch.arange(len(active)), torch.tensor(kept)]
+            next_pos = next_pos + torch.tensor(kept).unsqueeze(1) + 1
         # rows still running at the token limit were final at the last forward
         done_after = [d if f or row in cut else forwards for row, (d, f) in enumerate(zip(done_after, finished))]
         texts = [self._decode(t) for t in tokens]
         return _Generation(texts, [len(t) for t in tokens], [not f for f in finished], forwards, done_after,
                            timeline)
+
+    def drafter(self, prefix: list[int]) -> SpanDrafter | None:
+        """Request-span drafts over ``prefix`` (None: ``span_drafts`` off, or copy-aware decoding on)."""
+        if self.span_drafts is None or self.copy_values is not None:
+            return None
+        return SpanDrafter(prefix, self.span_drafts, self.eos)
 
     def _last_position(self, width: int) -> int | torch.Tensor:
         """Which positions of the rows' first forward the head reads: each row's last one.
@@ -488,7 +531,8 @@ class SlotPredictor:
             chosen = ChosenRows([k.function for k in keys], [t["name"] for t in request.tools], cut=chosen_only,
                                 on_complete=announce)
         gen = self.generate_rows(prefix, encoded, share_prefix, no_null=self._no_null(request, list(keys)),
-                                 copier=self.copier(request, list(keys)), chosen_rows=chosen)
+                                 copier=self.copier(request, list(keys)), chosen_rows=chosen,
+                                 drafter=self.drafter(prefix))
         latency = time.perf_counter() - start
         return self._result(request, mode, self._rows(list(keys), gen), latency, len(prefix), gen.forwards,
                             gen.timeline)

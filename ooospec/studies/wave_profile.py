@@ -41,6 +41,7 @@ from ooospec.progress import progress_bar
 from ooospec.sidecar.metrics import score_wave
 from ooospec.sidecar.predictor import EarlyCall, SlotPredictor, WaveResult
 from ooospec.sidecar.slots import FUNCTION_INDEX
+from ooospec.sidecar.span_drafts import SpanDraftSettings
 from ooospec.stage import Stage, append_jsonl, code_fingerprint, read_jsonl, write_jsonl
 
 if TYPE_CHECKING:
@@ -50,16 +51,21 @@ STAGE_NAME = "wave-profile"
 COMMITTED = "wave-profile"  # artifacts/committed/<this>/<machine suffix>.jsonl + .json
 TARGET = "qwen2.5-coder-0.5b"
 CONTROL = "sliced head"
-SERVED_LEVER = "gathered head"  # what `SlotPredictor` serves
-# every lever as the predictor settings it changes, the sidecar mode it runs and which copy of the
-# sidecar runs it (``served``, or ``int8``: its linear layers quantized to 8 bits, weights per
-# tensor, by torch's dynamic quantization: measured, not served); the control first
+SERVED_LEVER = "gathered head"  # what `SlotPredictor` serves by default
+# How the bench serves the sidecar, as the settings a lever changes: the predictor's attributes, the
+# sidecar mode and which copy of the sidecar runs it (``served``, or ``int8``: its linear layers
+# quantized to 8 bits, weights per tensor, by torch's dynamic quantization: measured, not served)
+SERVED = {"gathered_head": True, "span_drafts": None, "model": "served", "mode": "wave"}
+SPAN_DRAFTS = SpanDraftSettings().to_dict()
+# every lever as what it changes from SERVED; the control first
 LEVERS: dict[str, dict[str, Any]] = {
-    CONTROL: {"gathered_head": False, "model": "served", "mode": "wave"},
-    "gathered head": {"gathered_head": True, "model": "served", "mode": "wave"},
-    "gathered head, chosen wave": {"gathered_head": True, "model": "served", "mode": "chosen_wave"},
-    "gathered head, progressive": {"gathered_head": True, "model": "served", "mode": "progressive_wave"},
-    "gathered head, int8": {"gathered_head": True, "model": "int8", "mode": "wave"},
+    CONTROL: {"gathered_head": False},
+    SERVED_LEVER: {},
+    "gathered head, chosen wave": {"mode": "chosen_wave"},
+    "gathered head, progressive": {"mode": "progressive_wave"},
+    "gathered head, span drafts": {"span_drafts": SPAN_DRAFTS},
+    "gathered head, span drafts, progressive": {"span_drafts": SPAN_DRAFTS, "mode": "progressive_wave"},
+    "gathered head, int8": {"model": "int8"},
 }
 
 
@@ -142,11 +148,11 @@ class HeadClock:
 def profile_wave(predictor: SlotPredictor, models: dict[str, torch.nn.Module], clocks: dict[str, HeadClock],
                  item: StudyRequest, lever: str) -> WaveProfile:
     """One wave of ``item`` with ``lever``'s settings, split by phase."""
-    settings = dict(LEVERS[lever])
+    settings = {**SERVED, **LEVERS[lever]}
     model, mode = settings.pop("model"), settings.pop("mode")
     predictor.model = models[model]
-    for name, value in settings.items():
-        setattr(predictor, name, value)
+    predictor.gathered_head = settings["gathered_head"]
+    predictor.span_drafts = None if settings["span_drafts"] is None else SpanDraftSettings(**settings["span_drafts"])
     clocks[model].take()
     request = item.request
     early: list[EarlyCall] = []
