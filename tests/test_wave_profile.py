@@ -61,10 +61,10 @@ def test_levers_rotate_and_are_summarized_against_the_control():
                           "followed": not changed and "chosen" not in lever})
     summary = {s.lever: s for s in summarize(lines)}
     assert summary[CONTROL].speedup == 1.0 and summary["gathered head"].speedup == 2.0
-    assert summary["gathered head, int8"].speedup == 4.0
-    assert (summary["gathered head, int8"].same_payload, summary["gathered head, int8"].whole_call) == (1, 1)
+    assert summary["+ int8"].speedup == 4.0
+    assert (summary["+ int8"].same_payload, summary["+ int8"].whole_call) == (1, 1)
     assert summary["gathered head"].same_payload == 2 and summary["gathered head"].n == 2
-    assert (summary["gathered head, chosen wave"].speedup, summary["gathered head, chosen wave"].followed) == (2.5, 0)
+    assert (summary["+ chosen wave"].speedup, summary["+ chosen wave"].followed) == (2.5, 0)
 
 
 def test_operators_are_sorted_into_kinds():

@@ -57,15 +57,15 @@ SERVED_LEVER = "gathered head"  # what `SlotPredictor` serves by default
 # quantized to 8 bits, weights per tensor, by torch's dynamic quantization: measured, not served)
 SERVED = {"gathered_head": True, "span_drafts": None, "model": "served", "mode": "wave"}
 SPAN_DRAFTS = SpanDraftSettings().to_dict()
-# every lever as what it changes from SERVED; the control first
+# every lever as what it changes from SERVED (``+``: on top of the gathered head); the control first
 LEVERS: dict[str, dict[str, Any]] = {
     CONTROL: {"gathered_head": False},
     SERVED_LEVER: {},
-    "gathered head, chosen wave": {"mode": "chosen_wave"},
-    "gathered head, progressive": {"mode": "progressive_wave"},
-    "gathered head, span drafts": {"span_drafts": SPAN_DRAFTS},
-    "gathered head, span drafts, progressive": {"span_drafts": SPAN_DRAFTS, "mode": "progressive_wave"},
-    "gathered head, int8": {"model": "int8"},
+    "+ chosen wave": {"mode": "chosen_wave"},
+    "+ progressive": {"mode": "progressive_wave"},
+    "+ span drafts": {"span_drafts": SPAN_DRAFTS},
+    "+ span drafts, progressive": {"span_drafts": SPAN_DRAFTS, "mode": "progressive_wave"},
+    "+ int8": {"model": "int8"},
 }
 
 
@@ -323,8 +323,9 @@ def summarize(lines: list[dict[str, Any]]) -> list[LeverSummary]:
 
 
 def phase_table(lines: list[dict[str, Any]], lever: str) -> "pd.DataFrame":
-    """Per request set, ``lever``'s medians: wave, prefix, rows' first forward, steps, head, between
-    forwards, chosen call complete, and the target's prefill where it was timed."""
+    """Per request set, ``lever``'s medians in seconds (steps: a count): the wave, its prefix forward,
+    the rows' first forward, the steps, the head inside them, the chosen call complete, the
+    target's prefill where it was timed; and how often another function's row ended the wave."""
     import pandas as pd
 
     rows = []
@@ -335,12 +336,11 @@ def phase_table(lines: list[dict[str, Any]], lever: str) -> "pd.DataFrame":
             values = [line[key] for line in part if line[key] is not None]
             return round(statistics.median(values), 3) if values else None
 
-        rows.append({"requests": source, "n": len(part), "wave s": median("wave_s"), "prefix s": median("prefix_s"),
-                     "rows' forward s": median("rows_s"), "steps": median("steps"), "steps s": median("steps_s"),
-                     "head s": median("head_s"), "between s": median("between_s"),
-                     "chosen call s": median("chosen_s"),
-                     "last row another function's": sum(line["longest_row_chosen"] is False for line in part),
-                     "target prefill s": median("target_prefill_s")})
+        rows.append({"requests": source, "n": len(part), "wave": median("wave_s"), "prefix": median("prefix_s"),
+                     "rows fwd": median("rows_s"), "steps": median("steps"), "steps s": median("steps_s"),
+                     "head": median("head_s"), "chosen": median("chosen_s"),
+                     "other last": sum(line["longest_row_chosen"] is False for line in part),
+                     "target prefill": median("target_prefill_s")})
     return pd.DataFrame(rows).set_index("requests")
 
 
@@ -410,9 +410,9 @@ def committed_tables() -> list[tuple[str, "pd.DataFrame", "pd.DataFrame"]]:
     out = []
     for info, lines in committed_studies():
         levers = pd.DataFrame([asdict(s) for s in summarize(lines)]).rename(columns={
-            "source": "requests", "median_wave_s": "median wave s", "median_first_s": "median first delivery s",
-            "median_chosen_s": "median chosen call s",
-            "same_payload": "payload as control", "whole_call": "whole call"}).set_index(["requests", "lever"])
+            "source": "requests", "median_wave_s": "wave s", "speedup": "x control", "median_first_s": "first s",
+            "same_payload": "= control", "whole_call": "whole", "followed": "followed"})
+        levers = levers.drop(columns=["median_chosen_s"]).set_index(["requests", "lever"])
         out.append((f"{machine_cell(info['machine'])}, {info['threads']} thread, {info['arithmetic']}", levers,
                     phase_table(lines, SERVED_LEVER)))
     return out
