@@ -412,9 +412,12 @@ def committed_tables() -> list[tuple[str, "pd.DataFrame", "pd.DataFrame"]]:
         levers = pd.DataFrame([asdict(s) for s in summarize(lines)]).rename(columns={
             "source": "requests", "median_wave_s": "wave s", "speedup": "x control", "median_first_s": "first s",
             "same_payload": "= control", "whole_call": "whole", "followed": "followed"})
-        levers = levers.drop(columns=["median_chosen_s"]).set_index(["requests", "lever"])
-        out.append((f"{machine_cell(info['machine'])}, {info['threads']} thread, {info['arithmetic']}", levers,
-                    phase_table(lines, SERVED_LEVER)))
+        levers = levers.drop(columns=["median_chosen_s"])
+        # each request set named once, on its first row (a grouped index reads as labelling the last)
+        levers["requests"] = levers["requests"].where(~levers["requests"].duplicated(), "")
+        phases = phase_table(lines, SERVED_LEVER).astype(object).where(lambda t: t.notna(), "")
+        out.append((f"{machine_cell(info['machine'])}, {info['threads']} thread, {info['arithmetic']}",
+                    levers.set_index("requests"), phases))
     return out
 
 
