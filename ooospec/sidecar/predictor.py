@@ -330,9 +330,8 @@ class SlotPredictor:
         if share_prefix:
             forwards = 0
             if prefix_cache is None:
-                start = time.perf_counter()
-                prefix_cache, forwards = self.prefix_cache(prefix_ids), 1
-                timeline.append(ForwardTime("prefix", 1, len(prefix_ids), time.perf_counter() - start))
+                prefix_cache, prefix_time = self._timed_prefix(prefix_ids)
+                forwards, timeline = 1, [prefix_time]
             cache = expand_cache(prefix_cache, batch)
             seqs, base = questions, len(prefix_ids)
         else:
@@ -355,7 +354,7 @@ class SlotPredictor:
         tokens: list[list[int]] = [[] for _ in range(batch)]
         finished = [False] * batch
         done_after = [0] * batch
-        cut: set[int] = set()  # rows stopped by ``chosen_rows``
+        cut = chosen_rows.stopped if chosen_rows is not None else set()  # rows it stopped
         active = list(range(batch))
         logits = out.logits[:, -1]
         guard = torch.tensor(no_null, dtype=torch.bool) if no_null is not None and any(no_null) else None
@@ -379,7 +378,6 @@ class SlotPredictor:
                 stop = chosen_rows.after_step(finished, lambda row: self._decode(tokens[row]))
                 for row in stop:
                     done_after[row] = forwards
-                cut |= stop
                 still = [row_pos for row_pos in still if active[row_pos] not in cut]
             if not still:
                 break
@@ -411,7 +409,7 @@ class SlotPredictor:
             timeline.append(ForwardTime("step", len(active), width, time.perf_counter() - start))
             forwards += 1
             cache = out.cache
-            kept = _accepted(out.logits, drafts)
+            kept = _accepted(out.logits, drafts) if width > 1 else [0] * len(active)
             for pos, row in enumerate(active):
                 tokens[row].extend(drafts[pos][:kept[pos]])
                 mask[pos, mask.shape[1] - width + 1 + kept[pos]:] = 0  # rejected draft positions: never attended
