@@ -59,7 +59,7 @@ def test_teacher_rederives_a_committed_slice():
     call, or a first difference at an AR near-tie, which is printed. The traces were made in bf16;
     a machine without bf16 kernels re-derives them in fp32, and then a difference is accepted only
     where the local top-2 gap is within bf16's rounding (the committed arithmetic's)."""
-    from ooospec.models.arithmetic import first_difference, near_tie_gap
+    from ooospec.models.arithmetic import first_difference, model_near_tie_gap, near_tie_gap
     from ooospec.decoding.loop import decode
     from ooospec.decoding.verifier import TreeVerifier
     from ooospec.models.target import load_role
@@ -72,7 +72,7 @@ def test_teacher_rederives_a_committed_slice():
     teacher = load_role("teacher", "cpu")
     local = next(teacher.model.parameters()).dtype
     for split, committed_dtype, record in records[:2]:
-        tie = max(near_tie_gap(local), near_tie_gap(committed_dtype))
+        tie = max(model_near_tie_gap(teacher.model), near_tie_gap(committed_dtype))
         request = next(r for r in load_split(split) if r.id == record["id"])
         ar = decode(teacher, [], request, DEFAULT_MAX_NEW_TOKENS,
                     verifier=TreeVerifier(teacher.model, teacher.eos_token_ids, track_margins=True))

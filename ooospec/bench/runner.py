@@ -55,7 +55,7 @@ from ooospec.decoding.hint import HintBank
 from ooospec.decoding.loop import DecodeResult, Prefill, decode
 from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
-from ooospec.models.arithmetic import near_tie_gap, running_arithmetic
+from ooospec.models.arithmetic import model_near_tie_gap, running_arithmetic
 from ooospec.models.context import fit_budget, model_context
 from ooospec.progress import progress_bar
 from ooospec.stage import Stage, read_jsonl
@@ -204,7 +204,7 @@ class SliceRunner:
         records = []
         for spec in self.plan.methods:
             record = make_record(decoded[spec], target=self.target.name, benchmark=benchmark, position=position,
-                                 ar=ar, tie_gap=near_tie_gap(self.verifier.dtype))
+                                 ar=ar, tie_gap=model_near_tie_gap(self.target.model))
             used = self.budget(spec)
             record.update(run_order=order.index(spec), arithmetic=self.arithmetic, tree_budget={
                 "max_nodes": used.max_nodes, "max_depth": used.max_depth,

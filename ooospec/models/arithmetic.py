@@ -31,13 +31,31 @@ if TYPE_CHECKING:
 # one-row step gives 34.5 / 33.75 (gap 0.75), one forward over the same tokens 34.25 / 34.0 on one
 # thread (the order flips) and 34.25 / 34.25 on two
 NEAR_TIE_GAPS = {"float32": 1e-3, "bfloat16": 1.0, "float16": 0.05}
+# the same with the logits in fp32 over a bf16 body (`ooospec.models.fp32_logits`): the head's rounding
+# is gone, what is left is the body's (the residual stream already differs between a tree forward and
+# a step). Measured (`ooospec.studies.logit_ties`, AMD EPYC without bf16 instructions, torch's bf16
+# products, 1,986 positions of 60 dev requests read in one-row steps and in 9-row forwards): AR's
+# top-2 gap moved by at most 0.26 (Qwen) and 0.35 (SmolLM2); the 6 flips left sat at gaps <= 0.083.
+# The rule takes 0.5; a bf16 CPU's own study (committed beside it) is what confirms it there
+FP32_LOGITS_GAPS = {"bfloat16": 0.5, "float16": 0.05}
 SHORT_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # a CPU's own bf16 instructions, in /proc/cpuinfo
 
 
-def near_tie_gap(dtype: Any) -> float:
-    """The near-tie threshold of an arithmetic (a torch dtype or its name)."""
-    return NEAR_TIE_GAPS[str(dtype).removeprefix("torch.")]
+def near_tie_gap(dtype: Any, logits: str | None = None) -> float:
+    """The near-tie threshold of an arithmetic (a torch dtype or its name; ``logits="float32"``
+    where its deciding logits are fp32, `ooospec.models.fp32_logits`)."""
+    name = str(dtype).removeprefix("torch.")
+    if logits == "float32" and name in FP32_LOGITS_GAPS:
+        return FP32_LOGITS_GAPS[name]
+    return NEAR_TIE_GAPS[name]
+
+
+def model_near_tie_gap(model: Any) -> float:
+    """The near-tie threshold of a loaded model, as it decodes (its dtype, its head)."""
+    from ooospec.models.fp32_logits import uses_fp32_logits
+
+    return near_tie_gap(next(model.parameters()).dtype, "float32" if uses_fp32_logits(model) else None)
 
 
 def short_name(dtype: Any) -> str:
@@ -103,6 +121,7 @@ class Arithmetic:
     torch: str
     kernels: str | None = None  # a kernel choice beyond torch's defaults (`ooospec.models.packed_linear`)
     bf16_flag: str = "unrecorded"  # the CPU's bf16 instructions (`cpu_bf16_flag`); older records lack it
+    logits: str | None = None  # "float32": deciding logits in fp32 over a lower-precision body
 
     @property
     def short(self) -> str:
@@ -114,7 +133,7 @@ class Arithmetic:
 
     @property
     def near_tie_gap(self) -> float:
-        return near_tie_gap(self.dtype)
+        return near_tie_gap(self.dtype, self.logits)
 
     def machine(self) -> str:
         """``a 2-core AVX2 CPU (AMD EPYC)``, or the CUDA device."""
@@ -144,6 +163,8 @@ class Arithmetic:
             notes = f"; the profile asks {short_name(self.requested)}, which this machine cannot run natively"
         if self.kernels:
             notes += f"; {self.kernels}"
+        if self.logits and self.logits != self.dtype:
+            notes += f"; logits in {short_name(self.logits)}"
         text = f"{self.short} on {self.machine()}"
         return text[:-1] + notes + ")" if notes and text.endswith(")") else text + notes
 
@@ -160,7 +181,10 @@ def arithmetic_of(spec: Any) -> Arithmetic:
     from ooospec.models.loading import runtime_placement
 
     dtype, device = runtime_placement(spec, quiet=True)
-    return _on_this_machine(dtype, spec.dtype, device)
+    arithmetic = _on_this_machine(dtype, spec.dtype, device)
+    if getattr(spec, "logits", None) == "float32" and dtype != "float32":  # a decoding model's head (fp32_logits)
+        arithmetic = replace(arithmetic, logits="float32")
+    return arithmetic
 
 
 def profile_arithmetic(profile: "str | Profile", role: str = "target") -> Arithmetic:
@@ -172,17 +196,21 @@ def profile_arithmetic(profile: "str | Profile", role: str = "target") -> Arithm
         spec = prof.model(next(iter(prof.targets)))
     else:
         spec = prof.model(role)
-    return arithmetic_of(spec)
+    arithmetic = arithmetic_of(spec)
+    return replace(arithmetic, logits=None) if role == "sidecar_base" else arithmetic  # the sidecar's head is its own
 
 
 def running_arithmetic(model: Any, requested: str | None = None) -> Arithmetic:
     """The arithmetic of an already loaded model (its parameters' dtype and device) on this machine;
     ``requested`` is the profile's wish where the caller knows it."""
+    from ooospec.models.fp32_logits import uses_fp32_logits
     from ooospec.models.packed_linear import PACKED_KERNELS, uses_packed_linears
 
     parameter = next(model.parameters())
     dtype = str(parameter.dtype).removeprefix("torch.")
     arithmetic = _on_this_machine(dtype, requested or dtype, str(parameter.device))
+    if uses_fp32_logits(model):
+        arithmetic = replace(arithmetic, logits="float32")
     return replace(arithmetic, kernels=PACKED_KERNELS) if uses_packed_linears(model) else arithmetic
 
 

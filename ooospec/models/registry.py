@@ -19,6 +19,7 @@ from ooospec.paths import configs_dir
 
 SOURCE_KINDS = ("hub", "local", "pypi_gguf")
 DTYPES = ("float32", "bfloat16", "float16")
+LOGITS = ("float32",)  # what a profile may ask of a decoding model's logits (see ooospec.models.fp32_logits)
 COMPILE_MODES = ("inductor",)  # torch.compile backends a profile may ask for (see ooospec.decoding.compiled)
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:[0-9]+)?")
 ADAPTER_KINDS = ("tool_lora",)
@@ -59,6 +60,8 @@ class ModelSpec:
     bf16 never rebuilds it. ``device`` is where the weights live (``cpu``, ``cuda``, ``cuda:N``).
     ``compile`` (None or ``inductor``) compiles the forward of a *decoding* model (a target or the
     teacher; never a LoRA training run) with `torch.compile`: see `ooospec.decoding.compiled`.
+    ``logits`` (None or ``float32``): where the model decodes greedily (a target, the teacher) in a
+    lower precision, its final norm and deciding logits run in fp32 (`ooospec.models.fp32_logits`).
     """
 
     name: str
@@ -66,6 +69,7 @@ class ModelSpec:
     dtype: str = "float32"
     device: str = "cpu"
     compile: str | None = None
+    logits: str | None = None
 
 
 @dataclass(frozen=True)
@@ -249,7 +253,7 @@ class _Validator:
 
     def model_spec(self, name: str, raw: Any) -> ModelSpec:
         where = f"models.{name}"
-        raw = self.mapping(raw, where, ("source",), ("dtype", "device", "compile"))
+        raw = self.mapping(raw, where, ("source",), ("dtype", "device", "compile", "logits"))
         dtype = self.choice(raw.get("dtype", "float32"), f"{where}.dtype", DTYPES)
         device = raw.get("device", "cpu")
         if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
@@ -257,7 +261,10 @@ class _Validator:
         compile_mode = raw.get("compile")
         if compile_mode is not None:
             compile_mode = self.choice(compile_mode, f"{where}.compile", COMPILE_MODES)
-        return ModelSpec(name, self.source(raw["source"], f"{where}.source"), dtype, device, compile_mode)
+        logits = raw.get("logits")
+        if logits is not None:
+            logits = self.choice(logits, f"{where}.logits", LOGITS)
+        return ModelSpec(name, self.source(raw["source"], f"{where}.source"), dtype, device, compile_mode, logits)
 
     def source(self, raw: Any, where: str) -> ModelSource:
         common = ("upstream", "license")

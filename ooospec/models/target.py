@@ -12,6 +12,7 @@ from typing import Any
 
 from ooospec.data.request import Request
 from ooospec.models.formats import get_surface
+from ooospec.models.fp32_logits import use_fp32_logits
 from ooospec.models.loading import load_model
 from ooospec.models.prompts import prompt_ids, prompt_text
 from ooospec.models.registry import Profile, RoleSpec, resolve_profile
@@ -105,6 +106,8 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
     model, tokenizer = load_model(role.model, prof)
     if adapter_dir is not None:
         model = merge_adapter(model, adapter_dir)
+    if prof.model(role.model).logits == "float32":
+        use_fp32_logits(model, where=f"{prof.path}: models.{role.model}")
     return _role_target(name, prof, role, model, tokenizer)
 
 

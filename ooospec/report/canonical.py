@@ -41,7 +41,7 @@ MANIFEST = "manifest.json"
 PROVENANCE_FIELDS = ("code_commit", "machine", "arithmetic", "tree_budgets", "seed", "requests", "methods",
                      "sidecar_adapter", "created")
 # the parts of a record's arithmetic that decide its rounding (not the CPU's name or core count)
-ROUNDING_FIELDS = ("dtype", "cpu_capability", "bf16_kernels", "bf16_flag", "torch", "kernels")
+ROUNDING_FIELDS = ("dtype", "cpu_capability", "bf16_kernels", "bf16_flag", "torch", "kernels", "logits")
 # methods whose forwards are fixed by the request, the tree budget and the run's order (no sidecar clock)
 TIMING_FREE_BASES = ("ar", "pld", "toolspec")
 
