@@ -207,6 +207,7 @@ class HintStats:
     error: str | None = None
     payload_bytes: int = 0
     wave_s: float | None = None
+    waited_s: float = 0.0  # a blocking bank's wait at its first boundary (`ooospec.report.latency_cost` leaves it out)
     hint_text: str | None = None
     call: dict[str, Any] | None = None  # the sidecar's chosen call (after the payload checks)
     proposals: int = 0
@@ -375,7 +376,12 @@ class HintBank(DraftSource):
         if not self.done_polling and self.ticket is not None:
             # blocking: wait for the first delivery only; after it, the final one is polled. Every
             # result already in is taken (a first delivery, then the final one)
-            result = self.ticket.wait() if self.blocking and not self._heard else self.ticket.poll()
+            if self.blocking and not self._heard:
+                start = time.perf_counter()
+                result = self.ticket.wait()
+                self.stats.waited_s += time.perf_counter() - start
+            else:
+                result = self.ticket.poll()
             while result is not None:
                 self._take(result, state)
                 result = None if self.done_polling else self.ticket.poll()
