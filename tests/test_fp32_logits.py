@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from ooospec.models.fp32_logits import Fp32Logits, HeadUnsupported, use_fp32_logits, uses_fp32_logits
+from ooospec.models.fp32_logits import Fp32Logits, HeadUnsupported, own_head, use_fp32_logits, uses_fp32_logits
 from ooospec.models.tiny import tiny_causal_lm
 
 
@@ -112,3 +112,13 @@ def test_records_and_the_near_tie_rule_follow_the_head():
     arithmetic = running_arithmetic(model)
     assert arithmetic.logits == "float32" and "logits in fp32" in arithmetic.sentence()
     assert running_arithmetic(tiny_causal_lm("llama", vocab_size=64)).logits is None
+
+
+def test_the_control_runs_the_models_own_head_and_gives_it_back():
+    model = tiny_causal_lm("qwen2", vocab_size=64).to(torch.bfloat16)
+    use_fp32_logits(model, "test")
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        with own_head(model):
+            assert not uses_fp32_logits(model) and model(input_ids=ids).logits.dtype == torch.bfloat16
+        assert uses_fp32_logits(model) and model(input_ids=ids).logits.dtype == torch.float32

@@ -311,7 +311,8 @@ def test_a_committed_canonical_run_lets_the_bench_re_measure_fewer_cells_before_
 
 
 def test_the_arithmetic_study_is_estimated_per_measurement_it_makes():
-    """08 measures fp32 models twice (packed, plain) and, where bf16 runs, fp32 at its own price."""
+    """08 measures fp32 models twice (packed, plain), bf16 ones with fp32 logits twice (with them, with
+    their own head) and, where bf16 runs, fp32 at its own price."""
     from dataclasses import replace
 
     from ooospec.reproduce.time_plan import FP32_BESIDE_BF16, LOAD_S, arithmetic_seconds
@@ -320,7 +321,7 @@ def test_the_arithmetic_study_is_estimated_per_measurement_it_makes():
     fp32_only = {"cpu-fp32": "float32", "cpu": "float32"}
     with_bf16 = {"cpu-fp32": "float32", "cpu": "bfloat16"}
     assert study_measurements(fp32_only) == [("cpu-fp32", "float32")] * 2 + [("cpu", "float32")] * 2
-    assert study_measurements(with_bf16) == [("cpu-fp32", "float32")] * 2 + [("cpu", "bfloat16")] * 2
+    assert study_measurements(with_bf16) == [("cpu-fp32", "float32")] * 2 + [("cpu", "bfloat16")] * 4
 
     arith = {"targets": ["qwen2.5-coder-0.5b"], "arithmetic_threads": [1], "arithmetic_repeats": 5}
     fast = replace(speed("qwen2.5-coder-0.5b", 0.1), dtype="bfloat16")
@@ -328,4 +329,4 @@ def test_the_arithmetic_study_is_estimated_per_measurement_it_makes():
     on_bf16 = arithmetic_seconds(arith, {fast.target: fast}, works(), with_bf16)
     one = (on_fp32 - 2 * LOAD_S) / 4  # four measurements at the speeds' own price, two profiles loaded
     assert one > 5 * 10 * 0.1  # at least the repeats over the curve's rows, each a step or more
-    assert on_bf16 - 2 * LOAD_S == pytest.approx(one * (2 + 2 * FP32_BESIDE_BF16))
+    assert on_bf16 - 2 * LOAD_S == pytest.approx(one * (4 + 2 * FP32_BESIDE_BF16))  # bf16: fp32 logits and own head

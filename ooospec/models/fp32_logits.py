@@ -33,7 +33,9 @@ greedily as a target or the teacher (`ooospec.models.target`), when a profile's 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -164,3 +166,18 @@ def use_fp32_logits(model: torch.nn.Module, where: str) -> LogitsReport:
 def uses_fp32_logits(model: torch.nn.Module) -> bool:
     """Whether `use_fp32_logits` applied to this model (records say so)."""
     return isinstance(getattr(model, "lm_head", None), Fp32Logits)
+
+
+@contextmanager
+def own_head(model: torch.nn.Module) -> Iterator[None]:
+    """Inside: the model's own norm and head again (the arithmetic study's control); a model without
+    fp32 logits is left as it is."""
+    if not uses_fp32_logits(model):
+        yield
+        return
+    norm, head = model.model.norm, model.lm_head
+    model.model.norm, model.lm_head = norm.inner, head.inner
+    try:
+        yield
+    finally:
+        model.model.norm, model.lm_head = norm, head

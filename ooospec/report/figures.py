@@ -384,7 +384,7 @@ def arithmetic_figure(points: list[dict[str, Any]]):
     for ax, target in zip(axes[0], targets):
         for p in frame[frame.target == target].to_dict("records"):  # dicts: a row's `.dtype` is the Series' own
             rows = sorted(int(r) for r in p["ratios"])
-            kernels = f" {p['kernels']}" if p.get("kernels") else ""  # fp32: oneDNN-packed or plain linears
+            kernels = f" {p['kernels']}" if p.get("kernels") else ""  # fp32: packed or plain linears; bf16: fp32 logits or its own head
             label = f"{p['dtype']}{kernels}, {p['attention']}, {p['threads']} thr (step {p['step_ms']:.0f} ms)"
             ax.plot(rows, [p["ratios"][str(r)] if str(r) in p["ratios"] else p["ratios"][r] for r in rows], marker="o",
                     ms=3, lw=1.6 if p["attention"] == "sdpa" else 1.0, ls="-" if p["dtype"] == "bfloat16" else "--",

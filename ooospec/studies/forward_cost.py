@@ -4,6 +4,7 @@ trees (chapter 03), and step, prefill and verify cost per arithmetic and thread 
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from typing import Any
 
 import pandas as pd
@@ -12,6 +13,7 @@ from ooospec.studies.target_cache import STUDY_CODE, _split_name, cached_target,
 from ooospec.bench.verify_cost import verify_cost_curve
 from ooospec.data import load_split
 from ooospec.decoding.verifier import TreeVerifier
+from ooospec.models.fp32_logits import own_head, uses_fp32_logits
 from ooospec.models.packed_linear import pack_linears, unpack_linears, uses_packed_linears
 from ooospec.stage import Stage, code_fingerprint
 
@@ -59,10 +61,18 @@ def study_measurements(runs_in: dict[str, str],
                        options: tuple[tuple[str, str], ...] = ARITHMETIC_OPTIONS) -> list[tuple[str, str]]:
     """The (profile, dtype) of every measurement `arithmetic_study` makes per target and thread
     count on a machine whose profiles run in ``runs_in``: an fp32 model packs its products, so it is
-    measured twice (packed, and plain as the control)."""
+    measured twice (packed, and plain as the control), and so is a bf16 one with fp32 logits (with
+    them, and with its own bf16 head)."""
     return [(profile, runs_in[profile])
             for profile, _ in machine_options(options, runs_in)
-            for _ in range(2 if runs_in[profile] == "float32" else 1)]
+            for _ in range(2 if runs_in[profile] == "float32" or _asks_fp32_logits(profile) else 1)]
+
+
+def _asks_fp32_logits(profile: str) -> bool:
+    from ooospec.models.registry import load_profile
+
+    prof = load_profile(profile)
+    return prof.model(next(iter(prof.targets))).logits == "float32"
 
 
 def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str, str], ...] = ARITHMETIC_OPTIONS,
@@ -72,7 +82,6 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
 
     The options differ only in numerics or kernels; whether one may be used is decided by the
     lossless audit (every method identical to AR in the same arithmetic), not here."""
-    from ooospec.bench.verify_cost import measure_arithmetic
     from ooospec.models.arithmetic import profile_arithmetic
 
     options = machine_options(options, {p: profile_arithmetic(p).dtype for p, _ in options})
@@ -89,29 +98,42 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
             target = cached_target(name, profile)
             prompt = target.prompt_ids(request)
             # a model with packed multi-row products is measured with them and, as the control, with
-            # torch's plain linear layers on the same weights
-            packed = uses_packed_linears(target.model)
-            for kernels in (("packed", "plain") if packed else (None,)):
+            # torch's plain linear layers on the same weights; one with fp32 logits, with them and with
+            # its own bf16 head (the control of `ooospec.models.fp32_logits`)
+            packed, fp32_logits = uses_packed_linears(target.model), uses_fp32_logits(target.model)
+            variants = ("packed", "plain") if packed else ("fp32 logits", "bf16 head") if fp32_logits else (None,)
+            for kernels in variants:
                 if kernels == "plain":
                     unpack_linears(target.model)
-                for attention in [a for p, a in options if p == profile]:
-                    if target.compiled.mode and attention != "sdpa":
-                        raise ValueError(f"arithmetic_study: {profile} compiles the sdpa model; {attention!r} "
-                                         "attention would recompile inside the timings")
-                    target.model.set_attn_implementation(attention)
-                    for count in threads:
-                        with torch_threads(count):
-                            point = measure_arithmetic(TreeVerifier.for_target(target), prompt,
-                                                       target=name, profile=profile, threads=count,
-                                                       attention=attention, rows=rows, repeats=repeats,
-                                                       compile=target.compiled.mode, compile_s=target.compiled.seconds)
-                        points.append({**vars(point), "kernels": kernels})
+                with own_head(target.model) if kernels == "bf16 head" else nullcontext():
+                    points += _measure_options(target, name, profile, prompt, options, threads, rows, repeats, kernels)
                 target.model.set_attn_implementation("sdpa")
             if packed:
                 pack_linears(target.model)
             cached_target.cache_clear()
     path.write_text(json.dumps(points, indent=1))
     stage.mark_done(points=len(points))
+    return points
+
+
+def _measure_options(target: Any, name: str, profile: str, prompt: list[int], options: tuple[tuple[str, str], ...],
+                     threads: tuple[int, ...], rows: tuple[int, ...], repeats: int, kernels: str | None) -> list[dict[str, Any]]:
+    """One target as it is now loaded: every attention option of ``profile`` x thread count."""
+    from ooospec.bench.verify_cost import measure_arithmetic
+
+    points = []
+    for attention in [a for p, a in options if p == profile]:
+        if target.compiled.mode and attention != "sdpa":
+            raise ValueError(f"arithmetic_study: {profile} compiles the sdpa model; {attention!r} "
+                             "attention would recompile inside the timings")
+        target.model.set_attn_implementation(attention)
+        for count in threads:
+            with torch_threads(count):
+                point = measure_arithmetic(TreeVerifier.for_target(target), prompt,
+                                           target=name, profile=profile, threads=count,
+                                           attention=attention, rows=rows, repeats=repeats,
+                                           compile=target.compiled.mode, compile_s=target.compiled.seconds)
+            points.append({**vars(point), "kernels": kernels})
     return points
 
 
