@@ -56,7 +56,6 @@ def latency_table(records: Iterable[dict[str, Any]], phase: str = "decode") -> p
     reference = CLAIMS["paper"][1]
     intervals = speedup_intervals(derived, reference=reference, methods=list(STEPS.values()), phases=(phase,))
     df = frame(derived)
-    waits = frame(records).assign(waited_s=[(r.get("hint") or {}).get("waited_s") for r in records])
     rows = []
     for (target, benchmark), cell in intervals.groupby(["target", "benchmark"], sort=False):
         by_method = cell.set_index("method")
@@ -68,7 +67,8 @@ def latency_table(records: Iterable[dict[str, Any]], phase: str = "decode") -> p
         mine = df[(df.target == target) & (df.benchmark == benchmark)]
         for step, method in STEPS.items():
             row[f"{step}: forwards / MAT"] = _counts(mine[mine.method == method])
-        awaited = waits[(waits.target == target) & (waits.benchmark == benchmark) & (waits.method == AWAITED)]
-        row["median wait (s)"] = float(awaited.waited_s.median())
+        waited = [(r.get("hint") or {}).get("waited_s") for r in records
+                  if (r["target"], r["benchmark"], r["method"]) == (target, benchmark, AWAITED)]
+        row["median wait (s)"] = float(pd.Series(waited, dtype=float).median())
         rows.append(row)
     return pd.DataFrame(rows).set_index(["target", "benchmark"]) if rows else pd.DataFrame()
