@@ -16,6 +16,11 @@ MINUTES ?= 90
 CHAPTERS := book/chapters
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 EXECUTED := $(patsubst notebooks/%,$(CHAPTERS)/%,$(NOTEBOOKS))
+# llama-cpp-python's build (requirements-nodeps.txt): llama.cpp for this CPU's own instructions,
+# without its multimodal library, tools, tests and examples
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+
 # the setup stamp changes whenever a requirement or the package metadata does
 SETUP_HASH := $(shell cat requirements.txt requirements-models.txt requirements-nodeps.txt pyproject.toml | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.setup-$(SETUP_HASH)
@@ -56,7 +61,7 @@ $(STAMP): requirements.txt requirements-models.txt requirements-nodeps.txt pypro
 	$(BIN)/python -m pip install -q $$(grep -E '^torch==' requirements.txt)
 	$(BIN)/python -m pip install -q -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps -r requirements-models.txt
-	$(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
 	rm -f $(VENV)/.setup-*
 	touch $@

@@ -33,12 +33,12 @@ import torch
 
 from ooospec.data.request import Call, Request
 from ooospec.models.context import PROMPT_TOO_LONG, model_context
-from ooospec.models.cache import expand_cache
 from ooospec.models.packed_linear import pack_linears
 from ooospec.sidecar.base_model import PROFILE_BASE, TINY_BASE
 from ooospec.sidecar.copy_values import CopySettings, SpanCopier, request_text, string_slot
 from ooospec.sidecar.join import DroppedSlot, join_rows, parse_function_index
 from ooospec.sidecar.protocol import MODES, Prediction
+from ooospec.sidecar.row_forwards import ForwardTime, RowForwards, SidecarRuntime, TorchRowForwards
 from ooospec.sidecar.span_drafts import SpanDrafter, SpanDraftSettings
 from ooospec.sidecar.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix, target_text,
                                    tool_properties, tool_required)
@@ -64,16 +64,13 @@ class RowPrediction:
 
 
 @dataclass(frozen=True)
-class ForwardTime:
-    """One forward of a wave and what it cost: where a wave's time goes (`ooospec.studies.wave_profile`).
+class PrefixState:
+    """A request prefix run once (`SlotPredictor.prefix_cache`): the runtime's forwards that hold it,
+    its state there, and its forward's time."""
 
-    ``kind`` is ``prefix`` (the request prefix, batch 1), ``rows`` (every row's question after the
-    prefix, left-padded to ``tokens``) or ``step`` (one new token for each of ``rows`` rows)."""
-
-    kind: str
-    rows: int
-    tokens: int
-    seconds: float
+    run: RowForwards
+    state: Any
+    time: ForwardTime
 
 
 @dataclass
@@ -289,8 +286,12 @@ class SlotPredictor:
         # the sidecar answers null for most of them (chosen on the API-disjoint dev: OPTIONAL_VALUES).
         self.optional_values = optional_values
         # The rows' first forward hands the head each row's last position gathered into one
-        # contiguous batch (`_last_position`); False slices it (the control the wave study measures).
+        # contiguous batch (`TorchRowForwards._last_position`); False slices it (the control the wave
+        # study measures).
         self.gathered_head = True
+        # Which runtime runs the wave's forwards: None, this torch model; else one that makes
+        # `RowForwards` of its own copy of the sidecar (`ooospec.sidecar.llama_cpp_rows`).
+        self.runtime: SidecarRuntime | None = None
         # With ``span_drafts`` every step also verifies request-span drafts (`ooospec.sidecar.span_drafts`)
         self.span_drafts: SpanDraftSettings | None = None
         self._null_ban: NullBan | None = None
@@ -304,59 +305,45 @@ class SlotPredictor:
 
     # ------------------------------------------------------------ greedy row generation
 
-    @torch.no_grad()
-    def prefix_cache(self, prefix_ids: list[int]) -> Any:
-        """KV cache of the shared prefix (batch 1); reusable, expanding it never mutates it."""
-        return self.model(input_ids=torch.tensor([prefix_ids]), use_cache=True, logits_to_keep=1).cache
+    def row_forwards(self) -> RowForwards:
+        """The forwards of one wave, on the runtime that serves the sidecar (``runtime``)."""
+        if self.runtime is not None:
+            return self.runtime.row_forwards()
+        return TorchRowForwards(self.model, self.pad_id, self.gathered_head)
+
+    def prefix_cache(self, prefix_ids: list[int]) -> PrefixState:
+        """The shared prefix's state (batch 1), timed; reusable by later waves, which never mutate it."""
+        run = self.row_forwards()
+        state, timed = run.prefix(prefix_ids)
+        return PrefixState(run, state, timed)
 
     @torch.no_grad()
     def generate_rows(self, prefix_ids: list[int], questions: list[list[int]], share_prefix: bool = True,
-                      prefix_cache: Any = None, no_null: list[bool] | None = None,
+                      prefix_cache: PrefixState | None = None, no_null: list[bool] | None = None,
                       copier: SpanCopier | None = None, chosen_rows: ChosenRows | None = None,
                       drafter: SpanDrafter | None = None) -> _Generation:
         """Greedy answers of ``questions`` after one prefix, as one shrinking batch.
 
-        With ``share_prefix`` the prefix runs once (or not at all when ``prefix_cache`` is given);
-        without it, every row carries the whole prefix (the no-sharing ablation). Rows flagged in
-        ``no_null`` may not start their answer with null; ``copier`` picks the tokens of the rows
-        it constrains (copy-aware string slots); with ``chosen_rows``, the other functions' rows leave
-        the batch, cut, once the function row has answered; with ``drafter``, each step verifies a
-        request-span draft after every row's token (`_accepted`: a row keeps what greedy decoding
-        writes). A row stops at its end token or at ``max_new_tokens`` tokens (truncated). Every
-        forward is timed (`ForwardTime`).
+        With ``share_prefix`` the prefix runs once (or not at all when ``prefix_cache``, the state
+        `prefix_cache` returned, is given); without it, every row carries the whole prefix (the
+        no-sharing ablation). Rows flagged in ``no_null`` may not start their answer with null;
+        ``copier`` picks the tokens of the rows it constrains (copy-aware string slots); with
+        ``chosen_rows``, the other functions' rows leave the batch, cut, once the function row has
+        answered; with ``drafter``, each step verifies a request-span draft after every row's token
+        (`_accepted`: a row keeps what greedy decoding writes). A row stops at its end token or at
+        ``max_new_tokens`` tokens (truncated). Every forward is timed (`ForwardTime`); the forwards
+        run on `row_forwards`' runtime.
         """
         batch = len(questions)
-        timeline: list[ForwardTime] = []
-        if share_prefix:
-            forwards = 0
-            if prefix_cache is None:
-                prefix_cache, prefix_time = self._timed_prefix(prefix_ids)
-                forwards, timeline = 1, [prefix_time]
-            cache = expand_cache(prefix_cache, batch)
-            seqs, base = questions, len(prefix_ids)
-        else:
-            cache, seqs, base, forwards = None, [prefix_ids + q for q in questions], 0, 0
-        width = max(len(s) for s in seqs)
-        ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        tail_mask = torch.zeros((batch, width), dtype=torch.long)
-        for i, seq in enumerate(seqs):
-            ids[i, width - len(seq):] = torch.tensor(seq)
-            tail_mask[i, width - len(seq):] = 1
-        mask = torch.cat([torch.ones((batch, base), dtype=torch.long), tail_mask], dim=1)
-        positions = (base + tail_mask.cumsum(-1) - 1).clamp(min=base if base else 0)
-        start = time.perf_counter()
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
-                         use_cache=True, logits_to_keep=self._last_position(width))
-        timeline.append(ForwardTime("rows", batch, width, time.perf_counter() - start))
-        forwards += 1
-        cache = out.cache
-        next_pos = positions[:, -1:] + 1
+        run = self.row_forwards() if prefix_cache is None else prefix_cache.run
+        logits, timeline = run.start(prefix_ids, questions, share_prefix,
+                                     None if prefix_cache is None else prefix_cache.state)
+        forwards = len(timeline)
         tokens: list[list[int]] = [[] for _ in range(batch)]
         finished = [False] * batch
         done_after = [0] * batch
         cut = chosen_rows.stopped if chosen_rows is not None else set()  # rows it stopped
         active = list(range(batch))
-        logits = out.logits[:, -1]
         guard = torch.tensor(no_null, dtype=torch.bool) if no_null is not None and any(no_null) else None
         if guard is not None and self._null_ban is None:
             self._null_ban = NullBan(self.tokenizer, logits.shape[-1])
@@ -386,35 +373,22 @@ class SlotPredictor:
                 if not bool(guard.any()):  # every flagged row has written a character: no more checks
                     guard = None
             if len(still) < len(active):
-                keep = torch.tensor(still)
                 if guard is not None:
-                    guard = guard[keep]
-                cache.batch_select_indices(keep)
-                mask, next_pos = mask[keep], next_pos[keep]
+                    guard = guard[torch.tensor(still)]
+                run.keep(still)
                 chosen = [chosen[i] for i in still]
                 active = [active[i] for i in still]
             drafts = [[] if drafter is None or (guard is not None and bool(guard[pos]))  # no draft past a ban
                       else drafter.propose(tokens[row], self.max_new_tokens - len(tokens[row]) - 1)
                       for pos, row in enumerate(active)]
-            width = 1 + max(len(d) for d in drafts)
-            ids = torch.full((len(active), width), self.pad_id, dtype=torch.long)
-            step_mask = torch.zeros((len(active), width), dtype=torch.long)
-            for pos, draft in enumerate(drafts):
-                ids[pos, :1 + len(draft)] = torch.tensor([chosen[pos], *draft])
-                step_mask[pos, :1 + len(draft)] = 1
-            mask = torch.cat([mask, step_mask], dim=1)
-            start = time.perf_counter()
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=next_pos + torch.arange(width),
-                             cache=cache, use_cache=True)
-            timeline.append(ForwardTime("step", len(active), width, time.perf_counter() - start))
+            out, step_time = run.step([[chosen[pos], *draft] for pos, draft in enumerate(drafts)])
+            timeline.append(step_time)
             forwards += 1
-            cache = out.cache
-            kept = _accepted(out.logits, drafts) if width > 1 else [0] * len(active)
+            kept = _accepted(out, drafts) if step_time.tokens > 1 else [0] * len(active)
+            run.accept(kept)
             for pos, row in enumerate(active):
                 tokens[row].extend(drafts[pos][:kept[pos]])
-                mask[pos, mask.shape[1] - width + 1 + kept[pos]:] = 0  # rejected draft positions: never attended
-            logits = out.logits[torch.arange(len(active)), torch.tensor(kept)]
-            next_pos = next_pos + torch.tensor(kept).unsqueeze(1) + 1
+            logits = out[torch.arange(len(active)), torch.tensor(kept)]
         # rows still running at the token limit were final at the last forward
         done_after = [d if f or row in cut else forwards for row, (d, f) in enumerate(zip(done_after, finished))]
         texts = [self._decode(t) for t in tokens]
@@ -426,16 +400,6 @@ class SlotPredictor:
         if self.span_drafts is None or self.copy_values is not None:
             return None
         return SpanDrafter(prefix, self.span_drafts, self.eos)
-
-    def _last_position(self, width: int) -> int | torch.Tensor:
-        """Which positions of the rows' first forward the head reads: each row's last one.
-
-        Gathered by index (``gathered_head``), the head's input is one contiguous batch; sliced
-        (``logits_to_keep=1``) it is a strided view of the batch's hidden states, which a linear
-        layer does not fold into one matrix product: in bf16 torch then multiplies row by row and
-        copies the whole vocabulary matrix for each (profiled on a 2-core EPYC with avx512_bf16:
-        about 500 of the 726 ms of an 8-row API-Bank forward). Both give the same logits."""
-        return torch.tensor([width - 1]) if self.gathered_head else 1
 
     def _decode(self, token_ids: list[int]) -> str:
         text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
@@ -494,11 +458,6 @@ class SlotPredictor:
         return [RowPrediction(k, t, n, tr, before + d) for k, t, n, tr, d
                 in zip(keys, gen.texts, gen.new_tokens, gen.truncated, gen.done_after)]
 
-    def _timed_prefix(self, prefix: list[int]) -> tuple[Any, ForwardTime]:
-        start = time.perf_counter()
-        cache = self.prefix_cache(prefix)
-        return cache, ForwardTime("prefix", 1, len(prefix), time.perf_counter() - start)
-
     def _result(self, request: Request, mode: str, rows: list[RowPrediction], latency: float,
                 prefix_tokens: int, forwards: int, timeline: list[ForwardTime]) -> WaveResult:
         answers = {r.key: r.text for r in rows}
@@ -556,8 +515,8 @@ class SlotPredictor:
         refusal = self.context_refusal(prefix, self._encoded_questions(request))
         if refusal is not None:
             return self._refused(request, "sequential", refusal, start, len(prefix))
-        cache, prefix_time = self._timed_prefix(prefix)
-        rows, forwards, timeline = [], 1, [prefix_time]
+        cache = self.prefix_cache(prefix)
+        rows, forwards, timeline = [], 1, [cache.time]
         online = online_questions(request)
         flags = self._no_null(request, [key for key, _ in online])
         for i, (key, question) in enumerate(online):
@@ -576,7 +535,8 @@ class SlotPredictor:
         refusal = self.context_refusal(prefix, self._encoded_questions(request))
         if refusal is not None:
             return self._refused(request, "two_waves", refusal, start, len(prefix))
-        cache, prefix_time = self._timed_prefix(prefix)
+        cache = self.prefix_cache(prefix)
+        prefix_time = cache.time
         index_key, index_question = online_questions(request, functions=[])[0]
         first = self.generate_rows(prefix, [encode(self.tokenizer, index_question)], prefix_cache=cache)
         rows = self._rows([index_key], first, 1)
@@ -618,13 +578,15 @@ class SlotPredictor:
     def from_frozen(cls, adapter_dir: Path, profile: str = "cpu", max_new_tokens: int | None = None,
                     required_values: bool = REQUIRED_VALUES, packed: bool = True,
                     copy_values: CopySettings | None = None,
-                    optional_values: bool = OPTIONAL_VALUES) -> "SlotPredictor":
+                    optional_values: bool = OPTIONAL_VALUES, runtime: str = "torch") -> "SlotPredictor":
         """The sidecar base of ``profile`` cut to the adapter's layer count, adapter merged.
 
         ``max_new_tokens`` defaults to the value the adapter was evaluated with. With ``packed`` (as
         served) an fp32 CPU model computes its multi-row products (the prefix, the batched rows) on
         oneDNN-packed weights, as the targets do (`ooospec.models.packed_linear`); ``packed=False``
         keeps torch's plain products, the arithmetic the adapter's own dev waves were written in.
+        ``runtime`` ``llama.cpp:<weights>`` runs the wave's forwards on llama.cpp
+        (`ooospec.sidecar.llama_cpp_rows.load_runtime`; torch, said in one line, where it is missing).
         """
         from ooospec.sidecar.base_model import load_sidecar_base
         from ooospec.models.adapters import load_frozen_adapter, read_frozen
@@ -643,8 +605,13 @@ class SlotPredictor:
             pack_linears(model)
         if max_new_tokens is None:
             max_new_tokens = record["config"].get("max_new_tokens", 32)
-        return cls(model, tokenizer, prompt, max_new_tokens=max_new_tokens, required_values=required_values,
-                   copy_values=copy_values, optional_values=optional_values)
+        predictor = cls(model, tokenizer, prompt, max_new_tokens=max_new_tokens, required_values=required_values,
+                        copy_values=copy_values, optional_values=optional_values)
+        if runtime != "torch":
+            from ooospec.sidecar.llama_cpp_rows import load_runtime
+
+            predictor.runtime = load_runtime(runtime, adapter_dir, profile)
+        return predictor
 
 
 class SlotWavePredictor:

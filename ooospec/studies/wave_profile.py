@@ -53,9 +53,11 @@ TARGET = "qwen2.5-coder-0.5b"
 CONTROL = "sliced head"
 SERVED_LEVER = "gathered head"  # what `SlotPredictor` serves by default
 # How the bench serves the sidecar, as the settings a lever changes: the predictor's attributes, the
-# sidecar mode and which copy of the sidecar runs it (``served``, or ``int8``: its linear layers
-# quantized to 8 bits, weights per tensor, by torch's dynamic quantization: measured, not served)
-SERVED = {"gathered_head": True, "span_drafts": None, "model": "served", "mode": "wave"}
+# sidecar mode, which copy of the sidecar runs it (``served``, or ``int8``: its linear layers
+# quantized to 8 bits, weights per tensor, by torch's dynamic quantization: measured, not served) and
+# on which runtime (``torch``, or llama.cpp on the converted sidecar, `ooospec.sidecar.llama_cpp_rows`:
+# ``llama.cpp:own`` in the torch sidecar's arithmetic, f32 or bf16, or ``llama.cpp:q8_0``)
+SERVED = {"gathered_head": True, "span_drafts": None, "model": "served", "mode": "wave", "runtime": "torch"}
 SPAN_DRAFTS = SpanDraftSettings().to_dict()
 # every lever as what it changes from SERVED (``+``: on top of the gathered head); the control first
 LEVERS: dict[str, dict[str, Any]] = {
@@ -66,6 +68,8 @@ LEVERS: dict[str, dict[str, Any]] = {
     "+ span drafts": {"span_drafts": SPAN_DRAFTS},
     "+ span drafts, progressive": {"span_drafts": SPAN_DRAFTS, "mode": "progressive_wave"},
     "+ int8": {"model": "int8"},
+    "+ llama.cpp": {"runtime": "llama.cpp:own"},
+    "+ llama.cpp q8_0": {"runtime": "llama.cpp:q8_0"},
 }
 
 
@@ -146,11 +150,14 @@ class HeadClock:
 
 
 def profile_wave(predictor: SlotPredictor, models: dict[str, torch.nn.Module], clocks: dict[str, HeadClock],
-                 item: StudyRequest, lever: str) -> WaveProfile:
-    """One wave of ``item`` with ``lever``'s settings, split by phase."""
+                 item: StudyRequest, lever: str, runtimes: dict[str, Any] | None = None) -> WaveProfile:
+    """One wave of ``item`` with ``lever``'s settings, split by phase (``runtimes``: each runtime
+    name's loaded runtime, None for torch; a runtime's head is not timed apart: ``head_s`` 0)."""
+    runtimes = {"torch": None, **(runtimes or {})}
     settings = {**SERVED, **LEVERS[lever]}
     model, mode = settings.pop("model"), settings.pop("mode")
     predictor.model = models[model]
+    predictor.runtime = runtimes[settings["runtime"]]
     predictor.gathered_head = settings["gathered_head"]
     predictor.span_drafts = None if settings["span_drafts"] is None else SpanDraftSettings(**settings["span_drafts"])
     clocks[model].take()
@@ -253,18 +260,39 @@ def run_study(adapter_dir: Path, profile: str = "cpu", requests: int = 30,
         predictor = SlotPredictor.from_frozen(adapter_dir, profile)
         models = {"served": predictor.model, "int8": int8_model(adapter_dir, profile)}
         clocks = {name: HeadClock(model) for name, model in models.items()}
+        runtimes = study_runtimes(adapter_dir, profile, predictor)
+        levers = [lever for lever in LEVERS if LEVERS[lever].get("runtime", "torch") in runtimes]
         target = _prefill_target(profile) if any(q.source != "dev" for q in todo) else None
         for model in models.values():  # warm-up, not recorded
             predictor.model = model
             predictor.predict_wave(todo[0].request)
+        predictor.model = models["served"]
+        for runtime in runtimes.values():
+            predictor.runtime = runtime
+            predictor.predict_wave(todo[0].request)
         for index, item in enumerate(progress_bar(todo, desc="wave profile", unit="req")):
             prefill = None if item.source == "dev" else round(target_prefill_seconds(target, item.request), 4)
-            lines = [profile_wave(predictor, models, clocks, item, lever) for lever in rotated(list(LEVERS), index)]
+            lines = [profile_wave(predictor, models, clocks, item, lever, runtimes)
+                     for lever in rotated(levers, index)]
             append_jsonl(out, [{**asdict(p), "target_prefill_s": prefill} for p in lines])
         for clock in clocks.values():
             clock.close()
     wanted = {f"{q.request.id}|{q.source}" for q in work}
     return [line for line in read_jsonl(out) if line["request_id"] + "|" + line["source"] in wanted]
+
+
+def study_runtimes(adapter_dir: Path, profile: str, predictor: SlotPredictor) -> dict[str, Any]:
+    """The runtimes the study's levers name, loaded (torch: None); one that cannot load here (no
+    llama-cpp-python) is left out, said in one line by `load_runtime`, and so are its levers."""
+    from ooospec.sidecar.llama_cpp_rows import load_runtime
+
+    own = "f32" if next(predictor.model.parameters()).dtype == torch.float32 else "bf16"
+    runtimes: dict[str, Any] = {"torch": None}
+    for name in sorted({lever.get("runtime", "torch") for lever in LEVERS.values()} - {"torch"}):
+        runtime = load_runtime(name.replace(":own", f":{own}"), adapter_dir, profile)
+        if runtime is not None:
+            runtimes[name] = runtime
+    return runtimes
 
 
 def int8_model(adapter_dir: Path, profile: str) -> torch.nn.Module:
@@ -310,7 +338,7 @@ def summarize(lines: list[dict[str, Any]]) -> list[LeverSummary]:
         part = [line for line in lines if line["source"] == source]
         control = {line["request_id"]: line for line in part if line["lever"] == CONTROL}
         base = statistics.median(line["wave_s"] for line in control.values())
-        for lever in LEVERS:
+        for lever in [lever for lever in LEVERS if any(line["lever"] == lever for line in part)]:
             mine = [line for line in part if line["lever"] == lever]
             chosen = [line["chosen_s"] for line in mine if line["chosen_s"] is not None]
             median = statistics.median(line["wave_s"] for line in mine)
@@ -439,7 +467,7 @@ def main(argv: list[str] | None = None) -> None:
 
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(pd.DataFrame([asdict(s) for s in summarize(lines)]).to_string(index=False))
-        for lever in LEVERS:
+        for lever in [lever for lever in LEVERS if any(line["lever"] == lever for line in lines)]:
             print(f"\n{lever}:\n{phase_table(lines, lever).to_string()}")
     print("\noperators, whole waves of", args.op_requests, "dev requests (s):", json.dumps(ops))
     if args.commit:
