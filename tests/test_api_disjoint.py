@@ -208,3 +208,16 @@ def test_two_committed_scores_are_paired_only_on_one_machine_and_the_same_reques
         whole_call_difference("served", "fewer", tmp_path)
     with pytest.raises(FileNotFoundError, match="missing"):
         whole_call_difference("served", "missing", tmp_path)
+
+
+def test_a_runtime_names_its_choice_and_keeps_the_torch_choices_keys():
+    """A choice scored on llama.cpp is its own stage and its own committed name; the torch choices'
+    stage keys are the ones their committed scores were made under."""
+    from ooospec.training.disjoint_dev import DecodingChoice
+
+    served = DecodingChoice(optional_values=True)
+    converted = DecodingChoice(optional_values=True, runtime="llama.cpp:bf16")
+    assert served.to_dict() == {"required_values": True, "copy_values": None, "optional_values": True}
+    assert converted.to_dict() == {**served.to_dict(), "runtime": "llama.cpp:bf16"}
+    assert (served.label, converted.label) == ("served+fill", "served+fill+llama.cpp-bf16")
+    assert DecodingChoice().to_dict() == {"required_values": True, "copy_values": None}

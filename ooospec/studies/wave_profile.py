@@ -297,10 +297,12 @@ def study_runtimes(adapter_dir: Path, profile: str, predictor: SlotPredictor) ->
 
 def int8_model(adapter_dir: Path, profile: str) -> torch.nn.Module:
     """The served sidecar with its linear layers (head included) dynamically quantized to int8
-    (weights per tensor, activations per batch): a cheaper forward whose answers may differ."""
+    (weights per tensor, activations per batch): a cheaper forward whose answers may differ. Its
+    activations are fp32 in every profile (torch's dynamic int8 products take fp32 only), so in bf16
+    the lever is int8 products in an fp32 model, not int8 over bf16."""
     import warnings
 
-    plain = SlotPredictor.from_frozen(adapter_dir, profile, packed=False).model
+    plain = SlotPredictor.from_frozen(adapter_dir, profile, packed=False).model.float()
     with warnings.catch_warnings():  # torch.ao's notice that eager quantization moves to torchao
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", UserWarning)

@@ -46,19 +46,23 @@ class DecodingChoice:
     required_values: bool = REQUIRED_VALUES
     copy_values: CopySettings | None = None
     optional_values: bool = False  # no null for any slot, optional ones included
+    runtime: str = "torch"  # or llama.cpp on the converted sidecar (`ooospec.sidecar.llama_cpp_rows`)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"required_values": self.required_values,
                "copy_values": None if self.copy_values is None else self.copy_values.to_dict()}
-        return {**out, "optional_values": True} if self.optional_values else out  # earlier keys unchanged
+        if self.optional_values:  # earlier keys unchanged, so earlier stages keep their keys
+            out["optional_values"] = True
+        return out if self.runtime == "torch" else {**out, "runtime": self.runtime}
 
     @property
     def label(self) -> str:
         """How the book names it: ``served`` (required slots filled: what was served when the
         API-disjoint dev was made), ``raw``, ``+fill`` (every slot filled: served since that dev chose
-        it, `ooospec.sidecar.predictor.OPTIONAL_VALUES`), ``+copy<margin>``."""
+        it, `ooospec.sidecar.predictor.OPTIONAL_VALUES`), ``+copy<margin>``, ``+llama.cpp-<weights>``."""
         base = ("served" if self.required_values else "raw") + ("+fill" if self.optional_values else "")
-        return base if self.copy_values is None else f"{base}+copy{self.copy_values.margin:g}"
+        base = base if self.copy_values is None else f"{base}+copy{self.copy_values.margin:g}"
+        return base if self.runtime == "torch" else f"{base}+{self.runtime.replace(':', '-')}"
 
 
 def target_calls(requests: list[Request], profile: str = "cpu") -> dict[str, Call]:
@@ -103,7 +107,10 @@ def score_choice(adapter_dir: Path, choice: DecodingChoice = DecodingChoice(), p
     todo = [r for r in requests if r.id not in done]
     if todo:
         predictor = SlotPredictor.from_frozen(adapter_dir, profile, required_values=choice.required_values,
-                                              copy_values=choice.copy_values, optional_values=choice.optional_values)
+                                              copy_values=choice.copy_values, optional_values=choice.optional_values,
+                                              runtime=choice.runtime)
+        if choice.runtime != "torch" and predictor.runtime is None:  # never score torch under another name
+            raise RuntimeError(f"sidecar runtime {choice.runtime} cannot run here; {choice.label} not scored")
         seen = trained_on(record, predictor.tokenizer)
         for request in progress_bar(todo, desc=f"disjoint dev {record['name']}", unit="req"):
             wave = predictor.predict_wave(request)
@@ -240,10 +247,11 @@ def main() -> None:
     parser.add_argument("--copy-margin", type=float, default=None, help="copy-aware string slots, this margin")
     parser.add_argument("--raw", action="store_true", help="the adapter's raw answers (required slots may be null)")
     parser.add_argument("--fill-optional", action="store_true", help="no slot may answer null, optional ones included")
+    parser.add_argument("--runtime", default="torch", help="torch, or llama.cpp:<f32|bf16|q8_0> (the converted sidecar)")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--commit", action="store_true", help="copy the finished scores to artifacts/committed/")
     args = parser.parse_args()
-    choice = DecodingChoice(required_values=not args.raw, optional_values=args.fill_optional,
+    choice = DecodingChoice(required_values=not args.raw, optional_values=args.fill_optional, runtime=args.runtime,
                             copy_values=None if args.copy_margin is None else CopySettings(margin=args.copy_margin))
     summary = score_choice(args.adapter, choice, args.profile, limit=args.limit)
     print(shown(args.adapter), json.dumps(choice.to_dict()))
