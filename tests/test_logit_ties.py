@@ -34,3 +34,22 @@ def test_forwards_of_several_rows_are_compared_position_by_position():
     assert set(summary) == {"bf16", "fp32"} and all(s.positions == 20 for s in summary.values())
     # AR's fp32 top-2 gap is never exactly 0 where its bf16 one is (the fp32 head does not round to bf16 steps)
     assert summary["fp32"].exact_ties <= summary["bf16"].exact_ties
+
+
+def test_a_target_loaded_with_fp32_logits_is_studied_with_both_heads(monkeypatch):
+    """On a bf16 CPU the profile loads each target with fp32 logits already in place; the study
+    still compares the model's own bf16 head with the fp32 one (it refused such a target before)."""
+    from ooospec.data import api_disjoint
+    from ooospec.models import target as target_module
+    from ooospec.models.fp32_logits import use_fp32_logits, uses_fp32_logits
+    from ooospec.studies import logit_ties
+
+    model = tiny_causal_lm("qwen2", vocab_size=64, layers=2).to(torch.bfloat16)
+    use_fp32_logits(model, "test")
+    loaded = SimpleNamespace(name="tiny", model=model, eos_token_ids=[], prompt_ids=lambda r: list(range(3, 40)))
+    monkeypatch.setattr(target_module, "load_target", lambda name, profile: loaded)
+    monkeypatch.setattr(api_disjoint, "load_api_disjoint",
+                        lambda: SimpleNamespace(dev=[SimpleNamespace(id="r1"), SimpleNamespace(id="r2")]))
+    positions = logit_ties.run(("tiny",), requests=2, chunk=9)
+    assert {p.request_id for p in positions} == {"r1", "r2"}
+    assert uses_fp32_logits(model)  # the loaded target is left as the profile made it

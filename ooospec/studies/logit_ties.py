@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ooospec.models.arithmetic import cpu_bf16_flag, cpu_model
-from ooospec.models.fp32_logits import Fp32Logits, Fp32Norm, final_norm
+from ooospec.models.fp32_logits import Fp32Logits, Fp32Norm, final_norm, own_head
 from ooospec.paths import artifacts_dir, shown
 from ooospec.progress import progress_bar
 
@@ -150,11 +150,12 @@ def run(targets: tuple[str, ...], requests: int, profile: str = "cpu", chunk: in
     out: list[Position] = []
     for name in targets:
         target = load_target(name, profile)
-        target.model.float()  # the prompt's cache in fp32 (module docstring), its bf16 copy decodes
-        bf16_model = copy.deepcopy(target.model).to(torch.bfloat16)
-        heads, hook = Heads(bf16_model), NormInput(bf16_model)
-        for request in progress_bar(work, desc=f"logit ties: {name}", unit="request"):
-            out.extend(request_positions(target, bf16_model, heads, hook, request, chunk))
+        with own_head(target.model):  # a bf16 CPU loads the target with fp32 logits: the study makes both heads
+            target.model.float()  # the prompt's cache in fp32 (module docstring), its bf16 copy decodes
+            bf16_model = copy.deepcopy(target.model).to(torch.bfloat16)
+            heads, hook = Heads(bf16_model), NormInput(bf16_model)
+            for request in progress_bar(work, desc=f"logit ties: {name}", unit="request"):
+                out.extend(request_positions(target, bf16_model, heads, hook, request, chunk))
     return out
 
 
