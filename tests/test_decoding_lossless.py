@@ -84,7 +84,7 @@ def test_ooospec_reproduces_ar_on_real_requests(name, tmp_path, monkeypatch):
     real = artifacts_dir()
     scratch = tmp_path / "artifacts"  # a fresh bench stage every run; models, data, adapters shared
     scratch.mkdir()
-    for part in ("models", "data", "committed"):
+    for part in ("models", "data", "committed", "sidecar-gguf"):  # the last: where a runtime serves it
         if (real / part).exists():
             (scratch / part).symlink_to(real / part)
     monkeypatch.setenv("OOOSPEC_ARTIFACTS", str(scratch))

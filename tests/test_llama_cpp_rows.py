@@ -9,14 +9,20 @@ import pytest
 import torch
 
 from ooospec.sidecar import llama_cpp_rows
+from ooospec.sidecar import gguf_export
 from ooospec.sidecar.gguf_export import (AgreementCheck, ConvertedSidecarRefused, export_stage, exported_sidecar,
                                          permute_rotary)
-from ooospec.sidecar.llama_cpp_rows import load_runtime
+from ooospec.sidecar.gguf_export import load_runtime
 from ooospec.sidecar.predictor import SlotPredictor
 from ooospec.sidecar.span_drafts import SpanDraftSettings
 from ooospec.studies.wave_profile import dev_requests, served_adapter
 
 torch.set_num_threads(1)
+
+
+def plain():
+    """The served sidecar with plain products, as a conversion reads it."""
+    return SlotPredictor.from_frozen(served_adapter(), packed=False)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +35,7 @@ def predictor():
 
 @pytest.fixture(scope="module")
 def runtime(predictor):
-    return load_runtime("llama.cpp:f32", served_adapter())
+    return load_runtime("llama.cpp:f32", served_adapter(), "cpu", plain)
 
 
 def test_the_f32_conversion_gives_torchs_logits(runtime):
@@ -63,7 +69,7 @@ def test_a_converted_sidecar_that_picks_other_tokens_is_refused(tmp_path, monkey
     bad = AgreementCheck("q8_0", 100, 2, 0, 3.5, 1.0)
     stage.mark_done(check=bad.__dict__)
     with pytest.raises(ConvertedSidecarRefused, match=r"sidecar\.gguf.*q8_0.*2 of 100 probe positions"):
-        exported_sidecar(adapter, "cpu", "q8_0")
+        exported_sidecar(adapter, "cpu", "q8_0", plain)
     assert json.loads(stage.path("DONE.json").read_text())["check"]["differing"] == 2
 
 
@@ -71,13 +77,13 @@ def test_a_missing_runtime_falls_back_to_torch_in_one_line(monkeypatch, capsys):
     def missing():
         raise llama_cpp_rows.RuntimeMissing("the llama.cpp runtime needs llama-cpp-python (test)")
 
-    monkeypatch.setattr(llama_cpp_rows, "llama_cpp", missing)
-    assert load_runtime("llama.cpp:q8_0", served_adapter()) is None
+    monkeypatch.setattr(gguf_export, "llama_cpp", missing)
+    assert load_runtime("llama.cpp:q8_0", served_adapter(), "cpu", plain) is None
     said = capsys.readouterr().out.strip().splitlines()
     assert len(said) == 1 and "llama.cpp:q8_0" in said[0] and "runs on torch" in said[0]
-    assert load_runtime("torch", served_adapter()) is None
+    assert load_runtime("torch", served_adapter(), "cpu", plain) is None
     with pytest.raises(ValueError, match=re.escape("torch, or llama.cpp:<f32|bf16|q8_0>")):
-        load_runtime("llama.cpp:q4", served_adapter())
+        load_runtime("llama.cpp:q4", served_adapter(), "cpu", plain)
 
 
 def test_the_rotary_permutation_interleaves_each_heads_halves():

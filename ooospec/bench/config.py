@@ -55,6 +55,9 @@ class BenchConfig:
     oracle_wave_s: float = 0.0  # simulated wave time of the oracle / gold sidecars
     threads: int = 1
     sidecar_threads: int = 1
+    # which runtime runs the trained sidecar's wave: "served", the one the serving rule picked for this
+    # CPU kind (`ooospec.sidecar.served_runtime`); "torch", its control; or "llama.cpp:<weights>"
+    sidecar_runtime: str = "served"
     pin_cores: bool = True
     track_margins: bool = True
     # "machine": each target's node budget chosen at the start of its run from this machine's verify
@@ -66,6 +69,9 @@ class BenchConfig:
             raise ValueError(f"BenchConfig.tree_budget must be one of {TREE_BUDGET_CHOICES}, got {self.tree_budget!r}")
         if self.sidecar not in SIDECAR_CHOICES:
             raise ValueError(f"BenchConfig.sidecar must be one of {SIDECAR_CHOICES}, got {self.sidecar!r}")
+        if self.sidecar_runtime not in ("served", "torch") and not self.sidecar_runtime.startswith("llama.cpp:"):
+            raise ValueError(f"BenchConfig.sidecar_runtime must be served, torch or llama.cpp:<weights>, "
+                             f"got {self.sidecar_runtime!r}")
         for name in self.benchmarks:
             if name not in BENCHMARKS + TUNING_SPLITS:
                 raise ValueError(f"BenchConfig.benchmarks: unknown benchmark {name!r}; one of {BENCHMARKS} "
@@ -107,4 +113,5 @@ def notebook_config(notebook: str, overrides: dict[str, Any] | None = None, stri
         params["methods"] = ablation_methods(params["ablations"], params["delays"])
     names = ("profile", "targets", "benchmarks", "methods", "requests", "seed", "warmup", "max_new_tokens",
              "sidecar", "threads")
-    return BenchConfig(**{k: params[k] for k in names})
+    optional = ("sidecar_runtime",)  # parameters of the results chapter only; elsewhere the default
+    return BenchConfig(**{k: params[k] for k in names}, **{k: params[k] for k in optional if k in params})

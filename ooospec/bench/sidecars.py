@@ -53,7 +53,7 @@ class SidecarPool:
 
         if key.kind in ("slot", "base_only"):
             spec = slot_sidecar(self.plan.adapter, self.cfg.profile, base_only=key.kind == "base_only",
-                                required_values=key.required_values)
+                                required_values=key.required_values, runtime=self.cfg.sidecar_runtime)
         elif key.kind == "oracle":
             spec = oracle_sidecar(self.oracle_calls, wave_s=self.cfg.oracle_wave_s)
         elif key.kind == "gold":

@@ -14,23 +14,27 @@ disjoint dev requests, each row's question followed by the torch sidecar's own g
 both runtimes, and the stage refuses the file, naming it, if llama.cpp's next token differs from
 torch's at any position where torch's top-2 logits are further apart than the weights' allowance
 (`ALLOWANCE`). The file and its check stay under ``artifacts/sidecar-gguf/<key>/``; no weights are
-committed.
-
-``python -m ooospec.sidecar.gguf_export [--weights q8_0]``
+committed. `load_runtime` loads it for the wave (`ooospec.sidecar.llama_cpp_rows`), converting on
+first use; the caller hands over how to load the torch sidecar the conversion reads (``plain``), so
+this module needs nothing of the predictor's.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from ooospec.paths import shown
+from ooospec.sidecar.llama_cpp_rows import KV_TYPES, LlamaCppSidecar, RuntimeMissing, llama_cpp
+from ooospec.sidecar.slots import encode, online_questions
 from ooospec.stage import Stage, code_fingerprint
+
+# the adapter's torch sidecar with plain products (`SlotPredictor.from_frozen(..., packed=False)`):
+# what a conversion writes and is checked against
+PlainSidecar = Callable[[], Any]
 
 STAGE_NAME = "sidecar-gguf"
 WEIGHTS = ("f32", "bf16", "q8_0")
@@ -157,10 +161,8 @@ def export_stage(adapter_dir: Path, profile: str, weights: str) -> Stage:
                               "gguf": version("gguf"), "code": code_fingerprint("sidecar/gguf_export.py")})
 
 
-def exported_sidecar(adapter_dir: Path, profile: str = "cpu", weights: str = "q8_0") -> Path:
+def exported_sidecar(adapter_dir: Path, profile: str, weights: str, plain: PlainSidecar) -> Path:
     """The adapter's sidecar as a GGUF file, written (and checked) on first use."""
-    from ooospec.sidecar.predictor import SlotPredictor
-
     stage = export_stage(adapter_dir, profile, weights)
     path = stage.path("sidecar.gguf")
     if stage.done:
@@ -168,7 +170,7 @@ def exported_sidecar(adapter_dir: Path, profile: str = "cpu", weights: str = "q8
         if not check["differing"] == 0:
             raise ConvertedSidecarRefused(refusal(path, AgreementCheck(**check)))
         return path
-    predictor = SlotPredictor.from_frozen(adapter_dir, profile, packed=False)
+    predictor = plain()
     partial = path.with_suffix(".partial")
     write_gguf(predictor.model, source_gguf(profile)[0], weights, partial)
     check = check_agreement(predictor, partial, weights)
@@ -186,15 +188,14 @@ def refusal(path: Path, check: AgreementCheck) -> str:
 
 
 def probe_rows(predictor: Any, requests: int = PROBE_REQUESTS) -> list[tuple[list[int], list[int]]]:
-    """(prefix, question + torch's greedy answer) of every row of the first API-disjoint dev requests."""
-    from ooospec.sidecar.predictor import encode
-    from ooospec.sidecar.slots import online_questions
-    from ooospec.studies.wave_profile import dev_requests
+    """(prefix, question + torch's greedy answer) of every row of the first API-disjoint dev requests
+    that offer tools (dev data: the check chooses nothing on evaluation data)."""
+    from ooospec.data.api_disjoint import load_api_disjoint
 
     rows = []
-    for item in dev_requests(requests):
-        prefix = predictor.prefix_ids(item.request)
-        questions = [encode(predictor.tokenizer, q) for _, q in online_questions(item.request)]
+    for request in [r for r in load_api_disjoint().dev if online_questions(r)][:requests]:
+        prefix = predictor.prefix_ids(request)
+        questions = [encode(predictor.tokenizer, q) for _, q in online_questions(request)]
         answers = predictor.generate_rows(prefix, questions)
         for question, text in zip(questions, answers.texts):
             answer = encode(predictor.tokenizer, text) if text else []
@@ -206,8 +207,6 @@ def probe_rows(predictor: Any, requests: int = PROBE_REQUESTS) -> list[tuple[lis
 def check_agreement(predictor: Any, path: Path, weights: str) -> AgreementCheck:
     """Both runtimes' next-token logits at every position of the probe rows after the prefix's last
     token (the question's and the answer's tokens, and the end after them)."""
-    from ooospec.sidecar.llama_cpp_rows import LlamaCppSidecar
-
     from ooospec.models.arithmetic import model_near_tie_gap
 
     runtime = LlamaCppSidecar(path, weights)
@@ -227,18 +226,21 @@ def check_agreement(predictor: Any, path: Path, weights: str) -> AgreementCheck:
     return AgreementCheck(weights, positions, differing, within, round(largest, 5), allowance)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from ooospec.studies.wave_profile import served_adapter
-
-    parser = argparse.ArgumentParser(description="Write the served sidecar as GGUF for llama.cpp, checked.")
-    parser.add_argument("--adapter", type=Path, default=None, help="a frozen adapter folder (default: the served one)")
-    parser.add_argument("--profile", default="cpu")
-    parser.add_argument("--weights", choices=WEIGHTS, default="q8_0")
-    args = parser.parse_args(argv)
-    adapter = args.adapter or served_adapter()
-    path = exported_sidecar(adapter, args.profile, args.weights)
-    print(shown(path), json.dumps(export_stage(adapter, args.profile, args.weights).summary()["check"]))
+RUNTIME_PREFIX = "llama.cpp:"  # a runtime name: ``llama.cpp:<weights>``, ``torch`` otherwise
 
 
-if __name__ == "__main__":
-    main()
+def load_runtime(name: str, adapter_dir: Path, profile: str, plain: PlainSidecar) -> LlamaCppSidecar | None:
+    """The runtime ``name`` serving ``adapter_dir``'s sidecar: None for ``torch``; for
+    ``llama.cpp:<weights>`` its converted sidecar (`exported_sidecar`, written from ``plain`` and
+    checked on first use), or None, said in one line, where llama-cpp-python is not installed."""
+    if name == "torch":
+        return None
+    if not name.startswith(RUNTIME_PREFIX) or name.removeprefix(RUNTIME_PREFIX) not in KV_TYPES:
+        raise ValueError(f"sidecar runtime {name!r}: torch, or {RUNTIME_PREFIX}<{'|'.join(KV_TYPES)}>")
+    weights = name.removeprefix(RUNTIME_PREFIX)
+    try:
+        llama_cpp()
+    except RuntimeMissing as err:
+        print(f"sidecar runtime {name}: {err}; the wave runs on torch")
+        return None
+    return LlamaCppSidecar(exported_sidecar(adapter_dir, profile, weights, plain), weights)

@@ -211,24 +211,3 @@ class LlamaCppRowForwards:
         self.sequences = [self.sequences[i] for i in rows]
         self.positions = [self.positions[i] for i in rows]
 
-
-RUNTIME_PREFIX = "llama.cpp:"  # a runtime name: ``llama.cpp:<weights>``, ``torch`` otherwise
-
-
-def load_runtime(name: str, adapter_dir: Path, profile: str = "cpu") -> LlamaCppSidecar | None:
-    """The runtime ``name`` serving ``adapter_dir``'s sidecar: None for ``torch``; for
-    ``llama.cpp:<weights>`` its converted sidecar (`ooospec.sidecar.gguf_export`, written and
-    checked on first use), or None, said in one line, where llama-cpp-python is not installed."""
-    if name == "torch":
-        return None
-    if not name.startswith(RUNTIME_PREFIX) or name.removeprefix(RUNTIME_PREFIX) not in KV_TYPES:
-        raise ValueError(f"sidecar runtime {name!r}: torch, or {RUNTIME_PREFIX}<{'|'.join(KV_TYPES)}>")
-    weights = name.removeprefix(RUNTIME_PREFIX)
-    try:
-        llama_cpp()
-    except RuntimeMissing as err:
-        print(f"sidecar runtime {name}: {err}; the wave runs on torch")
-        return None
-    from ooospec.sidecar.gguf_export import exported_sidecar
-
-    return LlamaCppSidecar(exported_sidecar(adapter_dir, profile, weights), weights)

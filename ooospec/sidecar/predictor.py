@@ -40,8 +40,9 @@ from ooospec.sidecar.join import DroppedSlot, join_rows, parse_function_index
 from ooospec.sidecar.protocol import MODES, Prediction
 from ooospec.sidecar.row_forwards import ForwardTime, RowForwards, SidecarRuntime, TorchRowForwards
 from ooospec.sidecar.span_drafts import SpanDrafter, SpanDraftSettings
-from ooospec.sidecar.slots import (RowKey, SlotPromptConfig, online_questions, request_prefix, target_text,
-                                   tool_properties, tool_required)
+from ooospec.sidecar.served_runtime import SERVED_BY_RULE, resolve_runtime
+from ooospec.sidecar.slots import (RowKey, SlotPromptConfig, encode, online_questions, request_prefix,
+                                   target_text, tool_properties, tool_required)
 
 
 # The one default of ``required_values`` (every hop below passes it on): on, as the runtime serves
@@ -161,11 +162,6 @@ def adapter_base(record: dict[str, Any], adapter_dir: Path | str | None = None, 
             raise AdapterBaseMissing(f"sidecar adapter {adapter_dir}: trained on base {base!r}, which profile "
                                      f"{profile!r} does not have (its models: {sorted(known)})")
     return base
-
-
-def encode(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of one prompt piece, without special tokens (pieces are concatenated as ids)."""
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @dataclass
@@ -586,7 +582,9 @@ class SlotPredictor:
         oneDNN-packed weights, as the targets do (`ooospec.models.packed_linear`); ``packed=False``
         keeps torch's plain products, the arithmetic the adapter's own dev waves were written in.
         ``runtime`` ``llama.cpp:<weights>`` runs the wave's forwards on llama.cpp
-        (`ooospec.sidecar.llama_cpp_rows.load_runtime`; torch, said in one line, where it is missing).
+        (`ooospec.sidecar.gguf_export.load_runtime`; torch, said in one line, where it is missing);
+        ``served``, the runtime the serving rule picked for this CPU kind and the model's arithmetic
+        (`ooospec.sidecar.served_runtime`).
         """
         from ooospec.sidecar.base_model import load_sidecar_base
         from ooospec.models.adapters import load_frozen_adapter, read_frozen
@@ -607,10 +605,17 @@ class SlotPredictor:
             max_new_tokens = record["config"].get("max_new_tokens", 32)
         predictor = cls(model, tokenizer, prompt, max_new_tokens=max_new_tokens, required_values=required_values,
                         copy_values=copy_values, optional_values=optional_values)
-        if runtime != "torch":
-            from ooospec.sidecar.llama_cpp_rows import load_runtime
+        chosen = resolve_runtime(runtime, next(model.parameters()).dtype)
+        if chosen != "torch":
+            from ooospec.sidecar.gguf_export import ConvertedSidecarRefused, load_runtime
 
-            predictor.runtime = load_runtime(runtime, adapter_dir, profile)
+            try:
+                predictor.runtime = load_runtime(chosen, adapter_dir, profile,
+                                                 plain=lambda: cls.from_frozen(adapter_dir, profile, packed=False))
+            except ConvertedSidecarRefused as refused:
+                if runtime != SERVED_BY_RULE:  # asked for by name: refused
+                    raise
+                print(f"{refused}; the served wave runs on torch")
         return predictor
 
 
@@ -618,8 +623,10 @@ class SlotWavePredictor:
     """The trained sidecar (`SlotPredictor`) behind the service's `Predictor` interface."""
 
     def __init__(self, adapter_dir: str, profile: str = "cpu", max_new_tokens: int = 32, base_only: bool = False,
-                 required_values: bool = REQUIRED_VALUES, optional_values: bool = OPTIONAL_VALUES):
-        if base_only:  # ablation: the same base, layer cut and prompts, without the adapter
+                 required_values: bool = REQUIRED_VALUES, optional_values: bool = OPTIONAL_VALUES,
+                 runtime: str = SERVED_BY_RULE):
+        if base_only:  # ablation: the same base, layer cut and prompts, without the adapter (on torch:
+            # only an adapter's merged sidecar is converted for another runtime)
             from ooospec.models.adapters import read_frozen
             from ooospec.sidecar.base_model import load_sidecar_base
 
@@ -632,7 +639,10 @@ class SlotWavePredictor:
                                            optional_values=optional_values)
         else:
             self.predictor = SlotPredictor.from_frozen(Path(adapter_dir), profile, max_new_tokens,
-                                                       required_values=required_values, optional_values=optional_values)
+                                                       required_values=required_values, optional_values=optional_values,
+                                                       runtime=runtime)
+        served = self.predictor.runtime
+        self.runtime_name = "torch" if served is None else served.name  # the records name it
 
     def predict(self, request: Request, mode: str, early: Callable[[Prediction], None] | None = None) -> Prediction:
         deliver = None if early is None else (lambda first: early(Prediction(
@@ -641,4 +651,4 @@ class SlotWavePredictor:
         return Prediction(call=wave.payload, rows=len(wave.rows),
                           detail={"forwards": wave.forwards, "prefix_tokens": wave.prefix_tokens,
                                   "dropped_slots": len(wave.dropped), "reason": wave.reason,
-                                  "predictor_latency_s": wave.latency_s})
+                                  "predictor_latency_s": wave.latency_s, "runtime": self.runtime_name})

@@ -290,6 +290,11 @@ class RowKey:
     parameter: str | None = None
 
 
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of one prompt piece, without special tokens (pieces are concatenated as ids)."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 def online_questions(request: Request, functions: Iterable[str] | None = None) -> list[tuple[RowKey, str]]:
     """The online rows of a wave: function index + argument rows of ``functions`` (default all).
 

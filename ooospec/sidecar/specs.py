@@ -8,20 +8,25 @@ from typing import Any, Mapping
 from ooospec.sidecar.oracle import DiesWhileStarting, FaultyPredictor, OraclePredictor
 from ooospec.sidecar.predictor import OPTIONAL_VALUES, REQUIRED_VALUES, SlotWavePredictor
 from ooospec.sidecar.protocol import PredictorSpec
+from ooospec.sidecar.served_runtime import SERVED_BY_RULE
 
 
 def slot_sidecar(adapter_dir: Path | str, profile: str = "cpu", base_only: bool = False,
                  max_new_tokens: int = 32, required_values: bool = REQUIRED_VALUES,
-                 optional_values: bool = OPTIONAL_VALUES) -> PredictorSpec:
+                 optional_values: bool = OPTIONAL_VALUES, runtime: str = SERVED_BY_RULE) -> PredictorSpec:
     """The trained sidecar (or, for the ablation, its base without the adapter).
 
     ``required_values``: a slot the schema marks required is never answered null; ``optional_values``:
     nor an optional one (see `SlotPredictor`); ``required_values`` off, the sidecar's raw answers
-    (the ``nullable`` ablation: optional slots may then be null too)."""
-    return PredictorSpec(SlotWavePredictor, {"adapter_dir": str(adapter_dir), "profile": profile,
-                                             "base_only": base_only, "max_new_tokens": max_new_tokens,
-                                             "required_values": required_values,
-                                             "optional_values": optional_values and required_values})
+    (the ``nullable`` ablation: optional slots may then be null too). ``runtime``: the one the serving
+    rule picked for this CPU kind (`ooospec.sidecar.served_runtime`), ``torch`` (its control) or
+    ``llama.cpp:<weights>``."""
+    options = {"adapter_dir": str(adapter_dir), "profile": profile, "base_only": base_only,
+               "max_new_tokens": max_new_tokens, "required_values": required_values,
+               "optional_values": optional_values and required_values}
+    if runtime != SERVED_BY_RULE:  # the served sidecar's options stay as they were (run keys hash them)
+        options["runtime"] = runtime
+    return PredictorSpec(SlotWavePredictor, options)
 
 
 def oracle_sidecar(calls: Mapping[str, dict[str, Any]], wave_s: float = 0.0, early_s: float | None = None,

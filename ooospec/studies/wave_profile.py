@@ -284,12 +284,13 @@ def run_study(adapter_dir: Path, profile: str = "cpu", requests: int = 30,
 def study_runtimes(adapter_dir: Path, profile: str, predictor: SlotPredictor) -> dict[str, Any]:
     """The runtimes the study's levers name, loaded (torch: None); one that cannot load here (no
     llama-cpp-python) is left out, said in one line by `load_runtime`, and so are its levers."""
-    from ooospec.sidecar.llama_cpp_rows import load_runtime
+    from ooospec.sidecar.gguf_export import load_runtime
 
     own = "f32" if next(predictor.model.parameters()).dtype == torch.float32 else "bf16"
     runtimes: dict[str, Any] = {"torch": None}
+    plain = lambda: SlotPredictor.from_frozen(adapter_dir, profile, packed=False)  # noqa: E731
     for name in sorted({lever.get("runtime", "torch") for lever in LEVERS.values()} - {"torch"}):
-        runtime = load_runtime(name.replace(":own", f":{own}"), adapter_dir, profile)
+        runtime = load_runtime(name.replace(":own", f":{own}"), adapter_dir, profile, plain)
         if runtime is not None:
             runtimes[name] = runtime
     return runtimes
