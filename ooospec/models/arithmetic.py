@@ -109,6 +109,13 @@ def cpu_capability() -> str:
         return "unknown"
 
 
+def machine_kind() -> str:
+    """``amx_bf16`` / ``avx512_bf16`` where the CPU has the flag, else torch's kernel level (``avx2``):
+    what tells apart the CPU kinds whose measurements are committed or chosen per kind."""
+    flag = cpu_bf16_flag()
+    return flag if flag not in ("none", "unknown") else cpu_capability().lower()
+
+
 @dataclass(frozen=True)
 class Arithmetic:
     """What a run computed in and on: recorded in bench records and stage provenance."""

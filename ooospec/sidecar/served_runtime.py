@@ -23,17 +23,11 @@ from __future__ import annotations
 
 import torch
 
-from ooospec.models.arithmetic import cpu_bf16_flag, cpu_capability
+from ooospec.models.arithmetic import machine_kind
 
 SERVED_BY_RULE = "served"  # the runtime option that asks for this table's choice
 # CPU kind -> (the torch sidecar's dtype the rule was measured in, the runtime served there)
 SERVED: dict[str, tuple[torch.dtype, str]] = {"avx512_bf16": (torch.bfloat16, "llama.cpp:bf16")}
-
-
-def machine_kind() -> str:
-    """``amx_bf16`` / ``avx512_bf16`` where the CPU has the flag, else torch's kernel level (``avx2``)."""
-    flag = cpu_bf16_flag()
-    return flag if flag not in ("none", "unknown") else cpu_capability().lower()
 
 
 def served_runtime(kind: str, dtype: torch.dtype) -> str:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ooospec.models.arithmetic import cpu_bf16_flag, cpu_model
+from ooospec.models.arithmetic import cpu_bf16_flag, cpu_model, machine_kind
 from ooospec.models.fp32_logits import Fp32Logits, Fp32Norm, final_norm, own_head
 from ooospec.paths import artifacts_dir, shown
 from ooospec.progress import progress_bar
@@ -214,14 +214,6 @@ def committed_tables() -> list[tuple[str, "pd.DataFrame"]]:
             "largest_flip_gap": "widest flip", "largest_gap_shift": "largest gap shift"})
         out.append((caption, table.set_index(["target", "head"])))
     return out
-
-
-def machine_kind() -> str:
-    """``amx_bf16`` / ``avx512_bf16``, or the CPU's capability (``avx2``) where it has neither."""
-    from ooospec.models.arithmetic import cpu_capability
-
-    flag = cpu_bf16_flag()
-    return flag if flag not in ("none", "unknown") else cpu_capability().lower()
 
 
 def main(argv: list[str] | None = None) -> None:
