@@ -39,6 +39,7 @@ def provenance_of(records: Any, config: Any, code_commit: str) -> dict[str, Any]
             "arithmetic": records.arithmetic(), "tree_budgets": tree_budgets(records.budget_choices()),
             "seed": config.seed, "requests": config.requests, "warmup": config.warmup, "methods": list(config.methods),
             "max_new_tokens": config.max_new_tokens, "sidecar_adapter": sidecar,
+            "sidecar_runtime": config.sidecar_runtime,
             "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "made_by": "make canonical"}
 
 
@@ -52,7 +53,8 @@ def run_canonical(profile: str = "cpu", requests: int = 30) -> Path:
     params = notebook_parameters("05_bench")
     cfg = BenchConfig(profile=profile, targets=params["targets"], benchmarks=params["benchmarks"],
                       methods=params["methods"], requests=requests, seed=params["seed"], warmup=params["warmup"],
-                      max_new_tokens=params["max_new_tokens"], sidecar=params["sidecar"], threads=params["threads"])
+                      max_new_tokens=params["max_new_tokens"], sidecar=params["sidecar"], threads=params["threads"],
+                      sidecar_runtime=params["sidecar_runtime"])
     records = run_bench(cfg)
     return write_canonical(list(records), provenance_of(records, cfg, code_commit))
 
