@@ -15,6 +15,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ooospec.decoding.base import Draft
 from ooospec.decoding.tree import TreeBudget, build_tree
@@ -40,6 +41,17 @@ def random_tree_drafts(nodes: int, vocab_size: int, rng: random.Random, branch_l
     return drafts
 
 
+def timed_forward(verifier: TreeVerifier, state: Any, tree: Any) -> float:
+    """Seconds of one verify forward of ``tree`` over ``state``'s cache, the cache rolled back after
+    it (nothing committed), so the next forward starts from the same cache."""
+    prefix = state.cache_len
+    start = time.perf_counter()
+    verifier.forward_tree(state, tree)
+    elapsed = time.perf_counter() - start
+    commit_kv(state.cache, prefix, [], dense=verifier.dense_cache)
+    return elapsed
+
+
 def verify_cost_curve(
     verifier: TreeVerifier,
     prompt_ids: list[int],
@@ -60,11 +72,7 @@ def verify_cost_curve(
     # the first pass warms up the kernels of every shape and is not recorded
     for repeat in range(repeats + 1):
         for nodes, tree in trees.items():
-            prefix = state.cache_len
-            start = time.perf_counter()
-            verifier.forward_tree(state, tree)
-            elapsed = time.perf_counter() - start
-            commit_kv(state.cache, prefix, [], dense=verifier.dense_cache)
+            elapsed = timed_forward(verifier, state, tree)
             if repeat:
                 times[nodes].append(elapsed)
     medians = {n: statistics.median(ts) for n, ts in times.items()}
