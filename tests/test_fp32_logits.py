@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from ooospec.models.fp32_logits import Fp32Logits, HeadUnsupported, own_head, use_fp32_logits, uses_fp32_logits
+from ooospec.models.fp32_logits import WIDER, Fp32Logits, HeadUnsupported, own_head, use_fp32_logits, uses_fp32_logits
 from ooospec.models.tiny import tiny_causal_lm
 
 
@@ -38,21 +38,29 @@ def test_logits_are_the_fp32_heads_argmax_and_gap(arch):
     assert torch.allclose(top[:, 0] - top[:, 1], ref[:, 0] - ref[:, 1], atol=1e-4)
 
 
-def test_a_screen_that_cannot_decide_falls_back_to_the_full_product():
-    """Many tokens inside the screen's bound (identical head rows but for a tiny nudge) exceed the
-    refined set: that position gets the full fp32 product, and still the fp32 argmax."""
-    head = torch.nn.Linear(16, 100, bias=False)
+def _flat_head(outputs: int) -> torch.nn.Linear:
+    """Identical head rows but for a tiny nudge: every token inside the screen's bound."""
+    head = torch.nn.Linear(16, outputs, bias=False)
     with torch.no_grad():
         row = torch.randn(16)
-        head.weight.copy_(row + 1e-3 * torch.randn(100, 16))
-    head = head.to(torch.bfloat16)
+        head.weight.copy_(row + 1e-3 * torch.randn(outputs, 16))
+    return head.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("outputs, wider, full", [(100, 3, 0), (WIDER + 88, 3, 3)])
+def test_a_screen_that_cannot_decide_refines_wider_then_falls_back_to_the_full_product(outputs, wider, full):
+    """More tokens inside the screen's bound than the refined set: those positions are refined again
+    with the wider set, which covers a head of 100 tokens; a larger one still needs the full fp32
+    product. Either way the logits are the fp32 head's."""
+    torch.manual_seed(0)
+    head = _flat_head(outputs)
     fp32 = Fp32Logits(head, "test")
     hidden = torch.randn(3, 16)
     logits = fp32(hidden)
-    assert fp32.full_products == 3
+    assert (fp32.wider_refinements, fp32.full_products) == (wider, full)
     reference = hidden @ head.weight.float().T
     assert torch.equal(logits.argmax(-1), reference.argmax(-1))
-    assert torch.allclose(logits, reference, atol=1e-5)
+    assert torch.allclose(logits, reference, atol=1e-5)  # every token refined, or the full product
 
 
 def test_random_heads_keep_the_fp32_argmax():
