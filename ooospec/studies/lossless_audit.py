@@ -137,7 +137,8 @@ def committed_audit(folder: Path | None = None) -> tuple[pd.DataFrame, pd.DataFr
     summary = checked.groupby(["target", "dtype", "logits", "method"]).agg(
         decodes=("request_id", "size"), identical=("identical_to_ar", "sum"), near_ties=("near_tie", "sum"),
         largest_gap_at_mismatch=("ar_gap_at_mismatch", "max")).reset_index()
-    mismatches = checked[~checked.identical_to_ar][["target", "dtype", "logits", "method", "benchmark", "request_id", "mismatch_at",
+    checked["head"] = checked.logits.map(short_name)  # the head's output precision, short enough for the page
+    mismatches = checked[~checked.identical_to_ar][["target", "head", "method", "benchmark", "request_id", "mismatch_at",
                                                     "ar_gap_at_mismatch", "near_tie"]]
     return summary, mismatches.reset_index(drop=True)
 
