@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -61,12 +62,6 @@ class LogitsCost:
         return self.high <= ALLOWED
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def paired_times(target: Any, prompt: list[int], nodes: tuple[int, ...], pairs: int,
                  seed: int = 0) -> dict[int, dict[str, list[float]]]:
     """Per forward size, each head's forward times, ``pairs`` of each, the heads alternating forward by
@@ -106,8 +101,8 @@ def measure(target_names: tuple[str, ...] = TARGETS, threads: tuple[int, ...] = 
                 times = paired_times(target, prompt, NODES, pairs)
             for n, by_head in times.items():
                 interval = paired_speedup(by_head["fp32 logits"], by_head["bf16 head"])
-                rows.append(LogitsCost(name, count, 1 + n, pairs, 1000 * _median(by_head["fp32 logits"]),
-                                       1000 * _median(by_head["bf16 head"]), interval.point, interval.low,
+                rows.append(LogitsCost(name, count, 1 + n, pairs, 1000 * statistics.median(by_head["fp32 logits"]),
+                                       1000 * statistics.median(by_head["bf16 head"]), interval.point, interval.low,
                                        interval.high))
         cached_target.cache_clear()
     return rows, arithmetic
