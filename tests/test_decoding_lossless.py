@@ -1,6 +1,7 @@
 """Lossless on real targets: every method's output token ids equal greedy AR's, on a fixed slice
 drawn from all three benchmarks. A mismatch fails unless AR's top-1/top-2 logit gap at the first
-differing token shows an fp32 near-tie; such cases are printed, never hidden.
+differing token shows a near-tie of the arithmetic; such cases are printed, never hidden. A target whose forwards are
+row-invariant (`ooospec.models.row_invariant`, the cpu profile on a bf16 CPU) may not differ at all.
 
 Adding a target is one line in TARGETS (name, requests in all, spread over the benchmarks); a
 target whose weights or adapter are not there yet is skipped with the reason.
@@ -15,6 +16,7 @@ from ooospec.data import load_split
 from ooospec.bench.runner import StudySettings, decode_requests
 from ooospec.bench.sampling import sample_requests
 from ooospec.decoding.tree import TreeBudget
+from ooospec.models.row_invariant import uses_row_invariance
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +59,8 @@ def test_every_method_reproduces_ar(name, total):
         print(f"{name} {r['id']}: differs from AR at token {r['mismatch']['position']}, "
               f"AR top-2 logit gap {r['mismatch']['ar_margin']} ({'near-tie' if r['near_tie'] else 'BUG'})")
     assert not [r for r in mismatches if not r["near_tie"]]
+    if uses_row_invariance(target.model):  # every row as if alone: not even a near-tie may differ
+        assert not mismatches
     # AR itself is greedy decoding: cross-check one request against transformers' generate
     first = requests[0]
     prompt = torch.tensor([target.prompt_ids(first)])
@@ -145,3 +149,5 @@ def test_a_chunked_prefill_matches_one_forward_on_real_requests(name):
                     for a, b in zip(_cache_layers(whole.cache), _cache_layers(chunked.cache)))
         print(f"{name} ({verifier.dtype}): {len(prompt)}-token prompt, largest relative cache difference {worst:.2e}")
         assert worst < tolerance
+        if uses_row_invariance(target.model):  # each chunk's rows as if alone: the same cache, bit for bit
+            assert worst == 0.0 and chunked.root == whole.root

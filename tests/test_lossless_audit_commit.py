@@ -11,16 +11,17 @@ import pytest
 from ooospec.studies import lossless_audit as audit
 
 
-def record(method, identical=True, gap=None, request="r1"):
+def record(method, identical=True, gap=None, request="r1", rows="plain"):
     return {"request_id": request, "target": "t", "benchmark": "bfcl", "method": method, "dtype": "bfloat16",
-            "logits": "float32", "near_tie_gap": 0.75, "identical_to_ar": identical, "near_tie": gap is not None,
+            "logits": "float32", "rows": rows, "near_tie_gap": 0.75, "identical_to_ar": identical, "near_tie": gap is not None,
             "mismatch": {"position": 3, "ar_margin": gap} if gap is not None else None, "output_ids": [1, 2],
             "rounds": [{}]}
 
 
 @pytest.fixture
 def planned(monkeypatch):
-    arithmetic = SimpleNamespace(dtype="bfloat16", logits="float32", sentence=lambda: "bf16 on a test CPU; logits in fp32")
+    arithmetic = SimpleNamespace(dtype="bfloat16", logits="float32", kernels=None,
+                                 sentence=lambda: "bf16 on a test CPU; logits in fp32")
     monkeypatch.setattr(audit, "arithmetic_of", lambda spec: arithmetic)
     monkeypatch.setattr(audit, "resolve_profile", lambda profile: SimpleNamespace(model=lambda name: name))
     ran = []
@@ -52,3 +53,20 @@ def test_a_set_already_committed_is_refused_before_decoding(tmp_path, planned):
     with pytest.raises(FileExistsError, match="t-bf16-fp32logits.jsonl: already committed"):
         audit.commit_audit(("t",), folder=tmp_path)
     assert planned == []
+
+
+def test_row_invariant_forwards_are_a_set_of_their_own(tmp_path, monkeypatch):
+    """The same target and head with row-invariant forwards (`ooospec.models.row_invariant`) is another
+    arithmetic: its own file beside the plain one, its own rows in the summary."""
+    arithmetic = SimpleNamespace(dtype="bfloat16", logits="float32", kernels=audit.ROW_INVARIANT_KERNELS,
+                                 sentence=lambda: "bf16 on a test CPU; logits in fp32; row-invariant bf16 products")
+    monkeypatch.setattr(audit, "arithmetic_of", lambda spec: arithmetic)
+    monkeypatch.setattr(audit, "resolve_profile", lambda profile: SimpleNamespace(model=lambda name: name))
+    monkeypatch.setattr(audit, "lossless_audit", lambda name, **kw: [
+        record("ar", rows="invariant"), record("pld", rows="invariant"), record("toolspec", rows="invariant")])
+    (tmp_path / "t-bf16-fp32logits.jsonl").write_text(json.dumps(record("toolspec", identical=False, gap=0.0625)) + "\n")
+    [out] = audit.commit_audit(("t",), folder=tmp_path)
+    assert out.name == "t-bf16-fp32logits-rowinvariant.jsonl"
+    summary, mismatches = audit.committed_audit(tmp_path)
+    by_rows = summary.groupby("rows").identical.sum().to_dict()
+    assert by_rows == {"invariant": 2, "plain": 0} and len(mismatches) == 1

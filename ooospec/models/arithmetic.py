@@ -128,7 +128,7 @@ class Arithmetic:
     bf16_kernels: bool
     cores: int
     torch: str
-    kernels: str | None = None  # a kernel choice beyond torch's defaults (`ooospec.models.packed_linear`)
+    kernels: str | None = None  # a kernel choice beyond torch's defaults (`packed_linear`, `row_invariant`)
     bf16_flag: str = "unrecorded"  # the CPU's bf16 instructions (`cpu_bf16_flag`); older records lack it
     logits: str | None = None  # "float32": deciding logits in fp32 over a lower-precision body
 
@@ -193,6 +193,10 @@ def arithmetic_of(spec: Any) -> Arithmetic:
     arithmetic = _on_this_machine(dtype, spec.dtype, device)
     if getattr(spec, "logits", None) == "float32" and dtype != "float32":  # a decoding model's head (fp32_logits)
         arithmetic = replace(arithmetic, logits="float32")
+    if getattr(spec, "rows", None) == "invariant" and dtype != "float32" and device == "cpu":
+        from ooospec.models.row_invariant import ROW_INVARIANT_KERNELS
+
+        arithmetic = replace(arithmetic, kernels=ROW_INVARIANT_KERNELS)
     return arithmetic
 
 
@@ -214,12 +218,15 @@ def running_arithmetic(model: Any, requested: str | None = None) -> Arithmetic:
     ``requested`` is the profile's wish where the caller knows it."""
     from ooospec.models.fp32_logits import uses_fp32_logits
     from ooospec.models.packed_linear import PACKED_KERNELS, uses_packed_linears
+    from ooospec.models.row_invariant import ROW_INVARIANT_KERNELS, uses_row_invariance
 
     parameter = next(model.parameters())
     dtype = str(parameter.dtype).removeprefix("torch.")
     arithmetic = _on_this_machine(dtype, requested or dtype, str(parameter.device))
     if uses_fp32_logits(model):
         arithmetic = replace(arithmetic, logits="float32")
+    if uses_row_invariance(model):
+        return replace(arithmetic, kernels=ROW_INVARIANT_KERNELS)
     return replace(arithmetic, kernels=PACKED_KERNELS) if uses_packed_linears(model) else arithmetic
 
 

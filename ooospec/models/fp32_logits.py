@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -99,6 +99,10 @@ class Fp32Logits(torch.nn.Module):
         self.wider = min(WIDER, head.out_features)
         self.max_row_norm = float(head.weight.detach().float().norm(dim=1).max())
         self._full: torch.Tensor | None = None
+        # the screen's product (None: the plain one over ``weight``) and the full fp32 product;
+        # `ooospec.models.row_invariant` sets products whose rows do not depend on how many run together
+        self.screen_product: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.full_product: Callable[..., torch.Tensor] = torch.nn.functional.linear
         self.wider_refinements = 0  # positions that needed the wider refinement (counted, for studies)
         self.full_products = 0  # positions that needed the full fp32 product (counted, for studies)
 
@@ -121,7 +125,8 @@ class Fp32Logits(torch.nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         flat_h = hidden.reshape(-1, self.in_features).to(torch.float32)
         rounded = flat_h.to(self.weight.dtype)
-        screen = torch.nn.functional.linear(rounded, self.weight)  # the model's arithmetic, one pass over the head
+        screen = (torch.nn.functional.linear(rounded, self.weight) if self.screen_product is None  # the model's arithmetic,
+                  else self.screen_product(rounded))  # one pass over the head
         top = torch.topk(screen, self.refined, dim=-1)
         values = top.values.to(torch.float32)
         bound = self.bound(flat_h, rounded, values[:, [0, -1]])
@@ -134,7 +139,7 @@ class Fp32Logits(torch.nn.Module):
             index = uncovered.nonzero().flatten()
             index = self._refine_wider(logits, screen, flat_h, bound, index)
             if index.numel():
-                logits[index] = flat_h[index] @ self._full_weight().T
+                logits[index] = self.full_product(flat_h[index], self._full_weight())
                 self.full_products += int(index.numel())
         return logits.reshape(*hidden.shape[:-1], self.out_features)
 

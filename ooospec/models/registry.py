@@ -20,6 +20,7 @@ from ooospec.paths import configs_dir
 SOURCE_KINDS = ("hub", "local", "pypi_gguf")
 DTYPES = ("float32", "bfloat16", "float16")
 LOGITS = ("float32",)  # what a profile may ask of a decoding model's logits (see ooospec.models.fp32_logits)
+ROWS = ("invariant", "plain")  # how a decoding model's forward treats its rows (see ooospec.models.row_invariant)
 COMPILE_MODES = ("inductor",)  # torch.compile backends a profile may ask for (see ooospec.decoding.compiled)
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:[0-9]+)?")
 ADAPTER_KINDS = ("tool_lora",)
@@ -62,6 +63,9 @@ class ModelSpec:
     teacher; never a LoRA training run) with `torch.compile`: see `ooospec.decoding.compiled`.
     ``logits`` (None or ``float32``): where the model decodes greedily (a target, the teacher) in a
     lower precision, its final norm and deciding logits run in fp32 (`ooospec.models.fp32_logits`).
+    ``rows`` (None / ``plain`` or ``invariant``): where such a model runs eager in bf16 on the CPU, each
+    row of a forward comes out as if it ran alone (`ooospec.models.row_invariant`); not with ``compile``
+    (the compiled kernels are the compiler's).
     """
 
     name: str
@@ -70,6 +74,7 @@ class ModelSpec:
     device: str = "cpu"
     compile: str | None = None
     logits: str | None = None
+    rows: str | None = None
 
 
 @dataclass(frozen=True)
@@ -253,7 +258,7 @@ class _Validator:
 
     def model_spec(self, name: str, raw: Any) -> ModelSpec:
         where = f"models.{name}"
-        raw = self.mapping(raw, where, ("source",), ("dtype", "device", "compile", "logits"))
+        raw = self.mapping(raw, where, ("source",), ("dtype", "device", "compile", "logits", "rows"))
         dtype = self.choice(raw.get("dtype", "float32"), f"{where}.dtype", DTYPES)
         device = raw.get("device", "cpu")
         if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
@@ -264,7 +269,14 @@ class _Validator:
         logits = raw.get("logits")
         if logits is not None:
             logits = self.choice(logits, f"{where}.logits", LOGITS)
-        return ModelSpec(name, self.source(raw["source"], f"{where}.source"), dtype, device, compile_mode, logits)
+        rows = raw.get("rows")
+        if rows is not None:
+            rows = self.choice(rows, f"{where}.rows", ROWS)
+            if rows == "invariant" and compile_mode is not None:
+                raise self.fail(f"{where}.rows", "rows: invariant needs the eager kernels; a compiled model "
+                                "(compile: inductor) sums as its compiler chose: say rows: plain")
+        return ModelSpec(name, self.source(raw["source"], f"{where}.source"), dtype, device, compile_mode, logits,
+                         rows)
 
     def source(self, raw: Any, where: str) -> ModelSource:
         common = ("upstream", "license")

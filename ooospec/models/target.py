@@ -13,6 +13,7 @@ from typing import Any
 from ooospec.data.request import Request
 from ooospec.models.formats import get_surface
 from ooospec.models.fp32_logits import use_fp32_logits
+from ooospec.models.row_invariant import use_row_invariance
 from ooospec.models.loading import load_model
 from ooospec.models.prompts import prompt_ids, prompt_text
 from ooospec.models.registry import Profile, RoleSpec, resolve_profile
@@ -108,6 +109,8 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
         model = merge_adapter(model, adapter_dir)
     if prof.model(role.model).logits == "float32":
         use_fp32_logits(model, where=f"{prof.path}: models.{role.model}")
+    if prof.model(role.model).rows == "invariant":
+        use_row_invariance(model)  # after the fp32 head, whose products it sets too
     return _role_target(name, prof, role, model, tokenizer)
 
 

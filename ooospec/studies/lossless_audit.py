@@ -3,7 +3,8 @@ first difference listed with AR's top-2 logit gap there (a near-tie, or a bug).
 
 Committed per target and arithmetic under ``artifacts/committed/lossless-audit/`` because it costs
 ~25 minutes of one core: ``python -m ooospec.studies.lossless_audit --commit`` re-derives it in the
-profile's arithmetic on this machine (a bf16 CPU: bf16 with the head's output in fp32) and writes it
+profile's arithmetic on this machine (a bf16 CPU: bf16 with the head's output in fp32 and row-invariant
+forwards, `ooospec.models.row_invariant`) and writes it
 beside the sets already there, which it never replaces."""
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from ooospec.bench.sampling import sample_requests
-from ooospec.models.arithmetic import arithmetic_of, running_arithmetic, short_name
+from ooospec.models.arithmetic import Arithmetic, arithmetic_of, running_arithmetic, short_name
+from ooospec.models.row_invariant import ROW_INVARIANT_KERNELS
 from ooospec.models.registry import resolve_profile
 from ooospec.paths import artifacts_dir, shown
 from ooospec.provenance import bytes_sha256, code_commit
@@ -55,7 +57,7 @@ def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int
                                   StudySettings(max_new_tokens=max_new_tokens, seed=seed, progress=progress))
     arithmetic = running_arithmetic(target.model)
     for record in records:
-        record.update(profile=profile, dtype=dtype, logits=arithmetic.logits or dtype,
+        record.update(profile=profile, dtype=dtype, logits=arithmetic.logits or dtype, rows=rows_of(arithmetic),
                       near_tie_gap=arithmetic.near_tie_gap)
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -64,13 +66,18 @@ def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int
     return records
 
 
+def rows_of(arithmetic: Arithmetic) -> str:
+    """``invariant`` where the target's forwards were row-invariant (`ooospec.models.row_invariant`)."""
+    return "invariant" if arithmetic.kernels == ROW_INVARIANT_KERNELS else "plain"
+
+
 def audit_row(record: dict[str, Any]) -> dict[str, Any]:
     """One audited decode in one shape, whichever harness wrote it: the committed bf16 audit was made
     before the studies ran through the bench's loop and names its first difference ``mismatch_at`` /
     ``ar_gap_at_mismatch`` (request id in ``id``); the bench's records keep it in ``mismatch``."""
     mismatch = record.get("mismatch") or {}
     return {"target": record["target"], "dtype": record["dtype"], "logits": record.get("logits", record["dtype"]),
-            "method": record["method"],
+            "rows": record.get("rows", "plain"), "method": record["method"],
             "benchmark": record["benchmark"], "request_id": record["request_id"] if "request_id" in record else record["id"],
             "identical_to_ar": bool(record["identical_to_ar"]), "near_tie": bool(record.get("near_tie")),
             "mismatch_at": record.get("mismatch_at", mismatch.get("position")),
@@ -81,10 +88,11 @@ def committed_dir() -> Path:
     return artifacts_dir() / "committed" / "lossless-audit"
 
 
-def set_name(target: str, dtype: str, logits: str | None) -> str:
-    """A committed set's file: target, arithmetic and, where it differs, the head's output precision."""
+def set_name(target: str, dtype: str, logits: str | None, rows: str = "plain") -> str:
+    """A committed set's file: target, arithmetic and, where they differ from it, the head's output
+    precision and row-invariant forwards."""
     head = "" if logits in (None, dtype) else f"-{short_name(logits)}logits"
-    return f"{target}-{short_name(dtype)}{head}.jsonl"
+    return f"{target}-{short_name(dtype)}{head}{'-rowinvariant' if rows == 'invariant' else ''}.jsonl"
 
 
 def commit_audit(target_names: tuple[str, ...], profile: str = "cpu", folder: Path | None = None) -> list[Path]:
@@ -98,12 +106,13 @@ def commit_audit(target_names: tuple[str, ...], profile: str = "cpu", folder: Pa
     for name in target_names:
         settings = {"per_benchmark": 20, "seed": 7, "max_new_tokens": 96, "methods": list(AUDITED_METHODS)}
         arithmetic = arithmetic_of(resolve_profile(profile).model(name))
-        out = folder / set_name(name, arithmetic.dtype, arithmetic.logits)
+        out = folder / set_name(name, arithmetic.dtype, arithmetic.logits, rows_of(arithmetic))
         if out.exists():
             raise FileExistsError(f"{shown(out)}: already committed; remove it to re-derive it")
         records = lossless_audit(name, profile=profile, **{**settings, "methods": AUDITED_METHODS})
-        if set_name(name, records[0]["dtype"], records[0]["logits"]) != out.name:
-            raise RuntimeError(f"{name}: ran in {records[0]['dtype']} (logits {records[0]['logits']}), "
+        if set_name(name, records[0]["dtype"], records[0]["logits"], records[0].get("rows", "plain")) != out.name:
+            raise RuntimeError(f"{name}: ran in {records[0]['dtype']} (logits {records[0]['logits']}, rows "
+                               f"{records[0].get('rows', 'plain')}), "
                                f"not the {out.name} the profile planned")
         kept = [{k: v for k, v in r.items() if k not in DROPPED_FIELDS} for r in records]
         data = "".join(json.dumps(r) + "\n" for r in kept).encode()
@@ -134,7 +143,7 @@ def committed_audit(folder: Path | None = None) -> tuple[pd.DataFrame, pd.DataFr
     checked = pd.DataFrame([audit_row(r) for r in records if r["method"] != "ar"])
     if checked.empty:
         return pd.DataFrame(), pd.DataFrame()
-    summary = checked.groupby(["target", "dtype", "logits", "method"]).agg(
+    summary = checked.groupby(["target", "dtype", "logits", "rows", "method"]).agg(
         decodes=("request_id", "size"), identical=("identical_to_ar", "sum"), near_ties=("near_tie", "sum"),
         largest_gap_at_mismatch=("ar_gap_at_mismatch", "max")).reset_index()
     checked["head"] = checked.logits.map(short_name)  # the head's output precision, short enough for the page
