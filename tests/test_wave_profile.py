@@ -23,9 +23,9 @@ TORCH_LEVERS = [lever for lever in LEVERS if LEVERS[lever].get("runtime", "torch
 
 def test_every_lever_splits_its_wave_into_phases_that_add_up():
     predictor = sharp_predictor()
-    models = {"served": predictor.model, "int8": predictor.model}  # one tiny model stands for both
+    models = {"served": predictor.model, "int8": predictor.model, "packed": predictor.model}  # one tiny model for all
     clocks = {"served": HeadClock(predictor.model)}
-    clocks["int8"] = clocks["served"]
+    clocks["int8"] = clocks["packed"] = clocks["served"]
     lines = [profile_wave(predictor, models, clocks, item(), lever) for lever in TORCH_LEVERS]
     assert [line.lever for line in lines] == TORCH_LEVERS  # llama.cpp's: tests/test_llama_cpp_rows.py
     for line in lines:
@@ -37,7 +37,7 @@ def test_every_lever_splits_its_wave_into_phases_that_add_up():
         assert line.first_s <= line.wave_s
     # the tiny model's answers do not depend on the head's input or on the model copy
     assert len({line.payload for line in lines if LEVERS[line.lever].get("mode", "wave") == "wave"}) == 1
-    assert predictor.gathered_head and predictor.span_drafts is None  # the last lever (int8) serves as served
+    assert predictor.gathered_head and predictor.span_drafts is None  # the last levers change the model only
 
 
 def test_the_chosen_call_is_complete_when_its_function_row_and_rows_are():
@@ -75,3 +75,24 @@ def test_operators_are_sorted_into_kinds():
     assert op_kind("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
     assert op_kind("aten::copy_") == op_kind("aten::cat") == op_kind("aten::index_select") == "copies"
     assert op_kind("aten::silu") == "other operators"
+
+
+def test_the_packed_lever_is_a_packed_copy_in_bf16_and_the_model_itself_in_fp32():
+    import torch
+
+    from ooospec.models.loading import bf16_supported_on_cpu
+    from ooospec.models.row_invariant import RowInvariantLinear
+    from ooospec.models.tiny import tiny_causal_lm
+    from ooospec.studies.wave_profile import packed_model
+
+    fp32 = tiny_causal_lm("llama", vocab_size=64)
+    assert packed_model(fp32) is fp32
+    if not bf16_supported_on_cpu():
+        return
+    bf16 = fp32.to(torch.bfloat16)
+    packed = packed_model(bf16)
+    assert packed is not bf16 and not any(isinstance(m, RowInvariantLinear) for m in bf16.modules())
+    assert all(type(m) is not torch.nn.Linear for m in packed.modules())
+    ids = torch.randint(0, 64, (1, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(packed(input_ids=ids).logits, bf16(input_ids=ids).logits)  # several rows: the same bits

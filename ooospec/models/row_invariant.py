@@ -189,6 +189,7 @@ def use_row_invariance(model: torch.nn.Module) -> RowsReport:
         head.screen_product = RowInvariantProduct(head.weight)
         head.full_product = two_row_linear
     model.set_attn_implementation(ATTENTION)
+    model.ooospec_rows = "invariant"  # `uses_row_invariance`; "plain" inside `plain_rows`
     return RowsReport(True, f"{linears} linear layers and attention row-invariant")
 
 
@@ -207,9 +208,11 @@ def plain_rows(model: torch.nn.Module) -> Iterator[None]:
     if head_products is not None:
         head.screen_product, head.full_product = None, F.linear
     model.set_attn_implementation("sdpa")
+    model.ooospec_rows = "plain"
     try:
         yield
     finally:
+        model.ooospec_rows = "invariant"
         for module in linears:
             module.invariant = True
         if head_products is not None:
@@ -218,6 +221,6 @@ def plain_rows(model: torch.nn.Module) -> Iterator[None]:
 
 
 def uses_row_invariance(model: torch.nn.Module | None) -> bool:
-    """Whether `use_row_invariance` applied to this model (records say so)."""
-    config = getattr(model, "config", None)
-    return getattr(config, "_attn_implementation", None) == ATTENTION
+    """Whether this model's forwards are row-invariant now (`use_row_invariance`, outside `plain_rows`);
+    records say so."""
+    return getattr(model, "ooospec_rows", None) == "invariant"

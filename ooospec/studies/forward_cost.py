@@ -4,8 +4,8 @@ trees (chapter 03), and step, prefill and verify cost per arithmetic and thread 
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
-from typing import Any
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterator
 
 import pandas as pd
 
@@ -14,6 +14,7 @@ from ooospec.bench.verify_cost import verify_cost_curve
 from ooospec.data import load_split
 from ooospec.decoding.verifier import TreeVerifier
 from ooospec.models.fp32_logits import own_head, uses_fp32_logits
+from ooospec.models.row_invariant import ATTENTION, plain_rows, uses_row_invariance
 from ooospec.models.packed_linear import pack_linears, unpack_linears, uses_packed_linears
 from ooospec.stage import Stage, code_fingerprint
 
@@ -98,22 +99,33 @@ def arithmetic_study(target_names: tuple[str, ...], *, options: tuple[tuple[str,
             target = cached_target(name, profile)
             prompt = target.prompt_ids(request)
             # a model with packed multi-row products is measured with them and, as the control, with
-            # torch's plain linear layers on the same weights; one with fp32 logits, with them and with
-            # its own bf16 head (the control of `ooospec.models.fp32_logits`)
+            # torch's plain linear layers on the same weights; one with fp32 logits, as served (with them
+            # and row-invariant forwards where the profile asks) and with its own bf16 head on torch's
+            # kernels (the control of `ooospec.models.fp32_logits` and `ooospec.models.row_invariant`)
             packed, fp32_logits = uses_packed_linears(target.model), uses_fp32_logits(target.model)
             variants = ("packed", "plain") if packed else ("fp32 logits", "bf16 head") if fp32_logits else (None,)
             for kernels in variants:
                 if kernels == "plain":
                     unpack_linears(target.model)
-                with own_head(target.model) if kernels == "bf16 head" else nullcontext():
+                with _bf16_head_on_torchs_kernels(target.model) if kernels == "bf16 head" else nullcontext():
                     points += _measure_options(target, name, profile, prompt, options, threads, rows, repeats, kernels)
-                target.model.set_attn_implementation("sdpa")
             if packed:
                 pack_linears(target.model)
             cached_target.cache_clear()
     path.write_text(json.dumps(points, indent=1))
     stage.mark_done(points=len(points))
     return points
+
+
+@contextmanager
+def _bf16_head_on_torchs_kernels(model: Any) -> Iterator[None]:
+    with plain_rows(model), own_head(model):
+        yield
+
+
+def _served_attention(model: Any, attention: str) -> str:
+    """The attention a study option names: ``sdpa`` is the row-invariant one where the model has it."""
+    return ATTENTION if attention == "sdpa" and uses_row_invariance(model) else attention
 
 
 def _measure_options(target: Any, name: str, profile: str, prompt: list[int], options: tuple[tuple[str, str], ...],
@@ -126,7 +138,7 @@ def _measure_options(target: Any, name: str, profile: str, prompt: list[int], op
         if target.compiled.mode and attention != "sdpa":
             raise ValueError(f"arithmetic_study: {profile} compiles the sdpa model; {attention!r} "
                              "attention would recompile inside the timings")
-        target.model.set_attn_implementation(attention)
+        target.model.set_attn_implementation(_served_attention(target.model, attention))
         for count in threads:
             with torch_threads(count):
                 point = measure_arithmetic(TreeVerifier.for_target(target), prompt,
@@ -134,6 +146,7 @@ def _measure_options(target: Any, name: str, profile: str, prompt: list[int], op
                                            attention=attention, rows=rows, repeats=repeats,
                                            compile=target.compiled.mode, compile_s=target.compiled.seconds)
             points.append({**vars(point), "kernels": kernels})
+    target.model.set_attn_implementation(_served_attention(target.model, "sdpa"))
     return points
 
 

@@ -1,13 +1,16 @@
-"""What fp32 logits cost: a target's one-row step and verify forwards with its deciding logits in fp32
-(`ooospec.models.fp32_logits`) against its own bf16 head, paired forward by forward.
+"""What lossless bf16 costs: a target's one-row step and verify forwards as served (fp32 deciding logits,
+`ooospec.models.fp32_logits`, and row-invariant forwards, `ooospec.models.row_invariant`) against its own
+bf16 head on torch's kernels (the arithmetic before either), paired forward by forward.
 
-The arithmetic study (`forward_cost.arithmetic_study`) measures each head in its own block of
+The arithmetic study (`forward_cost.arithmetic_study`) measures each variant in its own block of
 forwards, so a burst of load on a shared machine can land on one of them only: one run there had
-SmolLM2's bf16 head slower on two threads than on one. Here both heads run on the same loaded
-model, over the same cache and the same trees, alternating forward by forward (which head goes
-first alternates too), and the cost is the ratio of their summed times with a bootstrap interval
-over those pairs (`ooospec.report.intervals.paired_speedup`). The check it serves: fp32 logits may
-make the step and a verify of the tree budget a bench chooses at most 5% dearer.
+SmolLM2's bf16 head slower on two threads than on one. Here every arm runs on the same loaded model,
+over the same cache and the same trees, alternating forward by forward (the order turns round every
+pair), and each cost is the ratio of summed times with a bootstrap interval over those pairs
+(`ooospec.report.intervals.paired_speedup`). Arms: *served*; *fp32 logits* on torch's kernels (where
+the model is row-invariant, what fp32 logits alone cost); *bf16 head* on torch's kernels. The check
+the served arithmetic answers to: the step and a verify of the tree budget a bench chooses at most 5%
+dearer than the bf16 head's.
 
 ``python -m ooospec.studies.logits_cost [--pairs 40] [--commit]`` (a few minutes on 2 cores);
 ``--commit`` writes ``artifacts/committed/logits-cost/<CPU kind>.json``.
@@ -19,10 +22,10 @@ import argparse
 import json
 import random
 import statistics
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ooospec.bench.verify_cost import random_tree_drafts, timed_forward
 from ooospec.data import load_split
@@ -30,6 +33,7 @@ from ooospec.decoding.tree import TreeBudget, build_tree
 from ooospec.decoding.verifier import TreeVerifier
 from ooospec.models.arithmetic import machine_kind, running_arithmetic
 from ooospec.models.fp32_logits import own_head, uses_fp32_logits
+from ooospec.models.row_invariant import plain_rows
 from ooospec.paths import artifacts_dir, shown
 from ooospec.provenance import code_commit
 from ooospec.report.intervals import paired_speedup
@@ -38,23 +42,25 @@ from ooospec.studies.target_cache import _split_name, cached_target, torch_threa
 TARGETS = ("qwen2.5-coder-0.5b", "smollm2-135m-tool")
 # draft nodes per verify: 0 is the one-row step; the rest cover every budget a machine's bench picks
 NODES = (0, 4, 8, 16)
-HEADS = ("fp32 logits", "bf16 head")
-ALLOWED = 1.05  # the check: fp32 logits at most 5% dearer
+ARMS = ("served", "fp32 logits", "bf16 head")
+ALLOWED = 1.05  # the check: the served arithmetic at most 5% dearer than the bf16 head
 
 
 @dataclass(frozen=True)
 class LogitsCost:
-    """One target x thread count x forward size: both heads' median forward and the paired cost."""
+    """One target x thread count x forward size: each arm's median forward and the paired costs."""
 
     target: str
     threads: int
     rows: int  # 1: the one-row step; 1 + nodes for a verify
     pairs: int
-    fp32_ms: float  # median forward with fp32 logits
-    bf16_ms: float  # median forward with the model's own bf16 head
-    cost: float  # summed fp32 time / summed bf16 time over the pairs
+    served_ms: float  # median forward as served (fp32 logits, row-invariant where the profile asks)
+    fp32_ms: float  # median forward with fp32 logits on torch's kernels
+    bf16_ms: float  # median forward with the model's own bf16 head on torch's kernels
+    cost: float  # summed served time / summed bf16-head time over the pairs
     low: float
     high: float
+    fp32_cost: float  # summed fp32-logits time / summed bf16-head time (fp32 logits alone)
 
     @property
     def within(self) -> bool:
@@ -62,23 +68,33 @@ class LogitsCost:
         return self.high <= ALLOWED
 
 
+@contextmanager
+def arm(model: Any, name: str) -> Iterator[None]:
+    """The model as the arm ``name`` runs it (`ARMS`), as loaded again afterwards."""
+    if name == "served":
+        yield
+        return
+    with plain_rows(model), own_head(model) if name == "bf16 head" else nullcontext():
+        yield
+
+
 def paired_times(target: Any, prompt: list[int], nodes: tuple[int, ...], pairs: int,
                  seed: int = 0) -> dict[int, dict[str, list[float]]]:
-    """Per forward size, each head's forward times, ``pairs`` of each, the heads alternating forward by
+    """Per forward size, each arm's forward times, ``pairs`` of each, the arms alternating forward by
     forward over one prefilled cache (rolled back after each forward); a first round warms up."""
     verifier = TreeVerifier.for_target(target)
     rng = random.Random(seed)
     state, _ = verifier.prefill(prompt)
     vocab = verifier.config.get_text_config().vocab_size
     trees = {n: build_tree(random_tree_drafts(n, vocab, rng), TreeBudget(max_nodes=n, max_depth=n)) for n in nodes}
-    times: dict[int, dict[str, list[float]]] = {n: {h: [] for h in HEADS} for n in nodes}
+    times: dict[int, dict[str, list[float]]] = {n: {a: [] for a in ARMS} for n in nodes}
     for pair in range(pairs + 1):
         for n, tree in trees.items():
-            for head in (HEADS if pair % 2 else HEADS[::-1]):
-                with own_head(target.model) if head == "bf16 head" else nullcontext():
+            for name in (ARMS if pair % 2 else ARMS[::-1]):
+                with arm(target.model, name):
                     elapsed = timed_forward(verifier, state, tree)
                 if pair:
-                    times[n][head].append(elapsed)
+                    times[n][name].append(elapsed)
     return times
 
 
@@ -99,11 +115,13 @@ def measure(target_names: tuple[str, ...] = TARGETS, threads: tuple[int, ...] = 
         for count in threads:
             with torch_threads(count):
                 times = paired_times(target, prompt, NODES, pairs)
-            for n, by_head in times.items():
-                interval = paired_speedup(by_head["fp32 logits"], by_head["bf16 head"])
-                rows.append(LogitsCost(name, count, 1 + n, pairs, 1000 * statistics.median(by_head["fp32 logits"]),
-                                       1000 * statistics.median(by_head["bf16 head"]), interval.point, interval.low,
-                                       interval.high))
+            for n, by_arm in times.items():
+                interval = paired_speedup(by_arm["served"], by_arm["bf16 head"])
+                fp32_alone = paired_speedup(by_arm["fp32 logits"], by_arm["bf16 head"])
+                medians = {a: 1000 * statistics.median(by_arm[a]) for a in ARMS}
+                rows.append(LogitsCost(name, count, 1 + n, pairs, medians["served"], medians["fp32 logits"],
+                                       medians["bf16 head"], interval.point, interval.low, interval.high,
+                                       fp32_alone.point))
         cached_target.cache_clear()
     return rows, arithmetic
 
@@ -120,7 +138,8 @@ def committed_tables() -> list[tuple[str, "Any"]]:
     for path in sorted(committed_dir().glob("*.json")):
         study = json.loads(path.read_text())
         caption = (f"{path.stem}: {study['arithmetic']}; {study['pairs']} pairs per point, code {study['code_commit']}")
-        table = pd.DataFrame(study["rows"]).rename(columns={"fp32_ms": "fp32 logits ms", "bf16_ms": "bf16 head ms"})
+        table = pd.DataFrame(study["rows"]).rename(columns={
+            "served_ms": "served ms", "fp32_ms": "fp32 logits ms", "bf16_ms": "bf16 head ms", "fp32_cost": "fp32 logits cost"})
         out.append((caption, table.set_index(["target", "threads", "rows"])))
     return out
 

@@ -54,7 +54,8 @@ CONTROL = "sliced head"
 SERVED_LEVER = "gathered head"  # what `SlotPredictor` serves by default
 # How the bench serves the sidecar, as the settings a lever changes: the predictor's attributes, the
 # sidecar mode, which copy of the sidecar runs it (``served``, or ``int8``: its linear layers
-# quantized to 8 bits, weights per tensor, by torch's dynamic quantization: measured, not served) and
+# quantized to 8 bits, weights per tensor, by torch's dynamic quantization: measured, not served;
+# ``packed``: its bf16 linear layers on oneDNN-packed weights, as the targets run them, `packed_model`) and
 # on which runtime (``torch``, or llama.cpp on the converted sidecar, `ooospec.sidecar.llama_cpp_rows`:
 # ``llama.cpp:own`` in the torch sidecar's arithmetic, f32 or bf16, or ``llama.cpp:q8_0``)
 SERVED = {"gathered_head": True, "span_drafts": None, "model": "served", "mode": "wave", "runtime": "torch"}
@@ -70,6 +71,10 @@ LEVERS: dict[str, dict[str, Any]] = {
     "+ int8": {"model": "int8"},
     "+ llama.cpp": {"runtime": "llama.cpp:own"},
     "+ llama.cpp q8_0": {"runtime": "llama.cpp:q8_0"},
+    "+ llama.cpp, chosen wave": {"runtime": "llama.cpp:own", "mode": "chosen_wave"},
+    "+ llama.cpp, progressive": {"runtime": "llama.cpp:own", "mode": "progressive_wave"},
+    "+ packed bf16": {"model": "packed"},
+    "+ packed bf16, chosen wave": {"model": "packed", "mode": "chosen_wave"},
 }
 
 
@@ -258,7 +263,8 @@ def run_study(adapter_dir: Path, profile: str = "cpu", requests: int = 30,
     if todo:
         torch.set_num_threads(threads)
         predictor = SlotPredictor.from_frozen(adapter_dir, profile)
-        models = {"served": predictor.model, "int8": int8_model(adapter_dir, profile)}
+        models = {"served": predictor.model, "int8": int8_model(adapter_dir, profile),
+                  "packed": packed_model(predictor.model)}
         clocks = {name: HeadClock(model) for name, model in models.items()}
         runtimes = study_runtimes(adapter_dir, profile, predictor)
         levers = [lever for lever in LEVERS if LEVERS[lever].get("runtime", "torch") in runtimes]
@@ -308,6 +314,26 @@ def int8_model(adapter_dir: Path, profile: str) -> torch.nn.Module:
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", UserWarning)
         return torch.ao.quantization.quantize_dynamic(plain, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def packed_model(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of the served sidecar whose bf16 linear layers (head included) run on oneDNN-packed
+    weights (`ooospec.models.row_invariant.RowInvariantLinear`, the targets' products): torch's own
+    bf16 product reorders the weight on every call. Several rows: the same bits as torch's product;
+    one row: its own summation order, so a payload may differ (counted). An fp32 sidecar is served
+    packed already (`ooospec.models.packed_linear`): the model itself."""
+    import copy
+
+    from ooospec.models.row_invariant import RowInvariantLinear
+
+    if next(model.parameters()).dtype == torch.float32:
+        return model
+    packed = copy.deepcopy(model)
+    for module in list(packed.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(module, name, RowInvariantLinear(child))
+    return packed
 
 
 def _prefill_target(profile: str) -> Any:
