@@ -53,3 +53,29 @@ def test_a_target_loaded_with_fp32_logits_is_studied_with_both_heads(monkeypatch
     positions = logit_ties.run(("tiny",), requests=2, chunk=9)
     assert {p.request_id for p in positions} == {"r1", "r2"}
     assert uses_fp32_logits(model)  # the loaded target is left as the profile made it
+
+
+def test_row_invariant_forwards_leave_nothing_to_flip():
+    """As served on a bf16 CPU (`ooospec.models.row_invariant`): the residual stream of a 9-row forward is
+    the step's, bit for bit, so neither head flips; torch's kernels are read in the same run, as the control."""
+    import pytest
+
+    from ooospec.models.fp32_logits import use_fp32_logits
+    from ooospec.models.loading import bf16_supported_on_cpu
+    from ooospec.models.row_invariant import plain_rows, use_row_invariance
+
+    if not bf16_supported_on_cpu():
+        pytest.skip("row-invariant forwards need native bf16 kernels")
+    model = tiny_causal_lm("qwen2", vocab_size=64, layers=2, hidden=256)
+    target = SimpleNamespace(name="tiny", model=model, eos_token_ids=[], prompt_ids=lambda r: list(range(3, 40)))
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    use_fp32_logits(bf16, "test")  # as the profile loads it; the study reads its own heads (`run`)
+    use_row_invariance(bf16)
+    bf16.model.norm, bf16.lm_head = bf16.model.norm.inner, bf16.lm_head.inner
+    hook = NormInput(bf16)
+    served = request_positions(target, bf16, Heads(bf16, invariant=True), hook, SimpleNamespace(id="r1"), 9,
+                               max_tokens=20, arm="invariant")
+    assert all(p.hidden == 0.0 and not p.bf16.flip and not p.fp32.flip and p.fp32.gap_shift == 0.0 for p in served)
+    with plain_rows(bf16):
+        plain = request_positions(target, bf16, Heads(bf16), hook, SimpleNamespace(id="r1"), 9, max_tokens=20)
+    assert len(plain) == len(served) and {p.rows for p in plain} == {"plain"}

@@ -13,6 +13,10 @@ accepted). At each position it records:
   argmax and top-2 gap, whether the chunk's argmax differs (a **flip**), whether AR's top-2 logits are
   exactly equal, and how far AR's top-2 gap moved in the chunk's forward (``gap_shift``).
 
+Where the profile runs the target's forwards row-invariant (`ooospec.models.row_invariant`, the cpu
+profile on a bf16 CPU), every request is read twice more: with torch's own kernels (``rows: plain``, the
+arithmetic before it) and as served (``rows: invariant``), whose residual stream should not differ.
+
 The near-tie rule of fp32 logits (`ooospec.models.arithmetic.FP32_LOGITS_GAPS`) is read off the largest
 ``gap_shift`` with fp32 logits. Requests: the API-disjoint dev split (evaluation data chooses nothing).
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +43,7 @@ import torch
 
 from ooospec.models.arithmetic import cpu_bf16_flag, cpu_model, machine_kind
 from ooospec.models.fp32_logits import Fp32Logits, Fp32Norm, final_norm, own_head
+from ooospec.models.row_invariant import RowInvariantProduct, plain_rows, two_row_linear, uses_row_invariance
 from ooospec.paths import artifacts_dir, shown
 from ooospec.progress import progress_bar
 
@@ -65,25 +71,33 @@ class Position:
     target: str
     request_id: str
     position: int
+    rows: str  # ``plain``: torch's kernels; ``invariant``: row-invariant forwards (`ooospec.models.row_invariant`)
     hidden: float  # max |residual stream, step - chunk| at the final norm's input
     bf16: HeadReading
     fp32: HeadReading
 
 
 class Heads:
-    """The model's own bf16 norm and head, and the fp32-logits pair over the same weights."""
+    """The model's own bf16 norm and head, and the fp32-logits pair over the same weights; with
+    ``invariant``, their products as a row-invariant model runs them (`ooospec.models.row_invariant`)."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, invariant: bool = False):
         norm, _ = final_norm(model)
         head = model.get_output_embeddings()
-        self.bf16 = lambda h: head(norm(h)).float()
         fp32_norm, fp32_head = Fp32Norm(norm, "study"), Fp32Logits(head, "study")
+        if invariant:
+            product = RowInvariantProduct(head.weight)
+            self.bf16 = lambda h: product(norm(h)).float()
+            fp32_head.screen_product, fp32_head.full_product = product, two_row_linear
+        else:
+            self.bf16 = lambda h: head(norm(h)).float()
         self.fp32 = lambda h: fp32_head(fp32_norm(h))
 
 
 def reading(ar: torch.Tensor, chunk: torch.Tensor) -> HeadReading:
     top = torch.topk(ar, 2)
-    first, second = (int(i) for i in top.indices)
+    first = int(ar.argmax())  # greedy's choice: at an exact tie, the first index (topk may order a tie otherwise)
+    second = int(top.indices[1]) if int(top.indices[0]) == first else int(top.indices[0])
     gap = float(top.values[0] - top.values[1])
     return HeadReading(first, gap, gap == 0.0, int(chunk.argmax()) != first,
                        abs(gap - float(chunk[first] - chunk[second])))
@@ -110,7 +124,7 @@ def _bf16_cache(cache: Any) -> Any:
 
 @torch.no_grad()
 def request_positions(target: Any, bf16_model: torch.nn.Module, heads: Heads, hook: NormInput,
-                      request: Any, chunk: int = CHUNK, max_tokens: int = MAX_TOKENS) -> list[Position]:
+                      request: Any, chunk: int = CHUNK, max_tokens: int = MAX_TOKENS, arm: str = "plain") -> list[Position]:
     """Every position of AR's bf16 continuation of one request (module docstring). Both passes
     start from the prompt's cache less its last token and re-read that token, so the first output
     token is compared too; each head reads the rows as the model does (AR one row per product, the
@@ -136,7 +150,7 @@ def request_positions(target: Any, bf16_model: torch.nn.Module, heads: Heads, ho
     for start in range(0, len(inputs), chunk):
         hidden = forward(cache, inputs[start:start + chunk])
         rows.extend(zip(hidden, heads.bf16(hidden), heads.fp32(hidden)))
-    return [Position(target.name, request.id, i, float((a[0].float() - c[0].float()).abs().max()),
+    return [Position(target.name, request.id, i, arm, float((a[0].float() - c[0].float()).abs().max()),
                      reading(a[1], c[1]), reading(a[2], c[2])) for i, (a, c) in enumerate(zip(ar, rows))]
 
 
@@ -153,9 +167,14 @@ def run(targets: tuple[str, ...], requests: int, profile: str = "cpu", chunk: in
         with own_head(target.model):  # a bf16 CPU loads the target with fp32 logits: the study makes both heads
             target.model.float()  # the prompt's cache in fp32 (module docstring), its bf16 copy decodes
             bf16_model = copy.deepcopy(target.model).to(torch.bfloat16)
-            heads, hook = Heads(bf16_model), NormInput(bf16_model)
-            for request in progress_bar(work, desc=f"logit ties: {name}", unit="request"):
-                out.extend(request_positions(target, bf16_model, heads, hook, request, chunk))
+            hook = NormInput(bf16_model)
+            # a profile with row-invariant forwards: read with torch's kernels too, the arithmetic before it
+            arms = ("plain", "invariant") if uses_row_invariance(bf16_model) else ("plain",)
+            for arm in arms:
+                heads = Heads(bf16_model, invariant=arm == "invariant")
+                with plain_rows(bf16_model) if arm == "plain" else nullcontext():
+                    for request in progress_bar(work, desc=f"logit ties: {name}, {arm} rows", unit="request"):
+                        out.extend(request_positions(target, bf16_model, heads, hook, request, chunk, arm=arm))
     return out
 
 
@@ -164,6 +183,7 @@ class TieSummary:
     """One target and head over every position of the study."""
 
     target: str
+    rows: str
     head: str
     positions: int
     hidden_differs: int  # positions whose residual stream already differs between the two forwards
@@ -176,12 +196,12 @@ class TieSummary:
 
 def summarize(positions: list[Position]) -> list[TieSummary]:
     out = []
-    for target in dict.fromkeys(p.target for p in positions):
-        mine = [p for p in positions if p.target == target]
+    for target, rows in dict.fromkeys((p.target, p.rows) for p in positions):
+        mine = [p for p in positions if (p.target, p.rows) == (target, rows)]
         for head in ("bf16", "fp32"):
             reads = [getattr(p, head) for p in mine]
             flips = [r for r in reads if r.flip]
-            out.append(TieSummary(target, head, len(mine), sum(p.hidden > 0 for p in mine), sum(r.exact_tie for r in reads),
+            out.append(TieSummary(target, rows, head, len(mine), sum(p.hidden > 0 for p in mine), sum(r.exact_tie for r in reads),
                                   len(flips), sum(r.exact_tie for r in flips), max((r.ar_gap for r in flips), default=0.0),
                                   max((r.gap_shift for r in reads), default=0.0)))
     return out
@@ -212,7 +232,9 @@ def committed_tables() -> list[tuple[str, "pd.DataFrame"]]:
         table = pd.DataFrame(study["summary"]).rename(columns={
             "hidden_differs": "residual differs", "exact_ties": "AR top-2 equal", "flips_at_exact_ties": "at equal",
             "largest_flip_gap": "widest flip", "largest_gap_shift": "largest gap shift"})
-        out.append((caption, table.set_index(["target", "head"])))
+        if "rows" not in table:  # a study made before row-invariant forwards: torch's kernels
+            table.insert(1, "rows", "plain")
+        out.append((caption, table.set_index(["target", "rows", "head"])))
     return out
 
 
