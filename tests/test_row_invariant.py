@@ -90,6 +90,26 @@ def test_a_tiny_models_steps_chunks_and_prefill_agree_bit_for_bit():
 
 
 @needs_bf16
+def test_a_copy_of_a_row_invariant_model_packs_its_own_weights():
+    """Studies copy a loaded target (`ooospec.studies.logit_ties`); oneDNN's packed weight cannot be
+    copied, so the copy packs its own copied weight: same outputs, no shared state."""
+    model = tiny_causal_lm("qwen2", vocab_size=64, hidden=256).to(torch.bfloat16)
+    use_row_invariance(model)
+    twin = copy.deepcopy(model)
+    ids = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.equal(twin(input_ids=ids).logits, model(input_ids=ids).logits)
+        twin.model.layers[0].mlp.down_proj.weight.zero_()
+        twin.model.layers[0].mlp.down_proj.product = RowInvariantProduct(twin.model.layers[0].mlp.down_proj.weight)
+        assert not torch.equal(twin(input_ids=ids).logits, model(input_ids=ids).logits)
+    assert uses_row_invariance(twin)
+    # cast away and back (as the logit-ties study does with a copy): packed again in the new dtype
+    cast = copy.deepcopy(model).float().to(torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(cast(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+@needs_bf16
 def test_plain_rows_puts_torchs_kernels_back_and_then_restores():
     model = tiny_causal_lm("llama", vocab_size=64, hidden=128).to(torch.bfloat16)
     plain = copy.deepcopy(model)

@@ -35,6 +35,7 @@ cost study (`ooospec.studies.logits_cost`). In fp32 nothing changes. Records nam
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -69,9 +70,10 @@ class RowInvariantLinear(torch.nn.Module):
         self.invariant = True  # False: torch's own product (`plain_rows`)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # a model cast after load (e.g. ``.float()`` for a study) runs torch's product too
-        if not self.invariant or x.dtype != self.product.packed.dtype:
+        if not self.invariant:
             return F.linear(x, self.weight, self.bias)
+        if self.product.packed.dtype != self.weight.dtype:  # the model was cast (a study's ``.to``): pack again
+            self.product = RowInvariantProduct(self.weight, self.bias)
         return self.product(x)
 
 
@@ -80,15 +82,20 @@ class RowInvariantProduct:
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.weight, self.bias = weight, bias  # kept to pack a copy (`__deepcopy__`)
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-        self.bias = None if bias is None else bias.detach()
+        self._bias = None if bias is None else bias.detach()
+
+    def __deepcopy__(self, memo: dict) -> "RowInvariantProduct":
+        # the packed weight is an opaque oneDNN tensor, which cannot be copied: pack the copied weight
+        return RowInvariantProduct(copy.deepcopy(self.weight, memo), copy.deepcopy(self.bias, memo))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
         rows = flat.shape[0]
         if rows == 1:
             flat = torch.cat([flat, flat])
-        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
+        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self._bias, "none", [], "")
         return out[:rows].reshape(*x.shape[:-1], self.out_features)
 
 
