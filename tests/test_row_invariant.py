@@ -90,6 +90,26 @@ def test_a_tiny_models_steps_chunks_and_prefill_agree_bit_for_bit():
 
 
 @needs_bf16
+def test_the_thread_count_does_not_change_a_row():
+    """AR runs on one core, ToolSpec on both cores on two: a tree forward on two threads gives each row
+    what one-row steps on one thread give it."""
+    model = tiny_causal_lm("qwen2", vocab_size=64, hidden=256, layers=2).to(torch.bfloat16)
+    use_row_invariance(model)
+    ids = torch.randint(0, 64, (1, 50), generator=torch.Generator().manual_seed(4))
+    before = torch.get_num_threads()
+    try:
+        with torch.no_grad():
+            torch.set_num_threads(1)
+            cache = model(input_ids=ids[:, :41], use_cache=True).past_key_values
+            steps = [model(input_ids=ids[:, p:p + 1], cache=cache, use_cache=True).logits[0, 0] for p in range(41, 50)]
+            torch.set_num_threads(2)
+            whole = model(input_ids=ids).logits[0, 41:]
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(step, whole[i]) for i, step in enumerate(steps))
+
+
+@needs_bf16
 def test_a_copy_of_a_row_invariant_model_packs_its_own_weights():
     """Studies copy a loaded target (`ooospec.studies.logit_ties`); oneDNN's packed weight cannot be
     copied, so the copy packs its own copied weight: same outputs, no shared state."""
