@@ -92,22 +92,22 @@ class RowInvariantProduct:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        rows = flat.shape[0]
-        if rows == 1:
-            flat = torch.cat([flat, flat])
-        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self._bias, "none", [], "")
-        return out[:rows].reshape(*x.shape[:-1], self.out_features)
+        out = torch.ops.mkldnn._linear_pointwise(_two_rows_if_one(flat), self.packed, self._bias, "none", [], "")
+        return out[:flat.shape[0]].reshape(*x.shape[:-1], self.out_features)
 
 
 def two_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear``, with a single row computed as the first of two equal rows (the fp32 head's rare
     full product, `ooospec.models.fp32_logits.Fp32Logits`)."""
-    features = weight.shape[1]
-    if x.numel() != features:
-        return F.linear(x, weight, bias)
-    flat = x.reshape(1, features)
-    out = F.linear(torch.cat([flat, flat]), weight, bias)[:1]
-    return out.reshape(*x.shape[:-1], weight.shape[0])
+    flat = x.reshape(-1, weight.shape[1])
+    out = F.linear(_two_rows_if_one(flat), weight, bias)
+    return out[:flat.shape[0]].reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _two_rows_if_one(flat: torch.Tensor) -> torch.Tensor:
+    """A one-row product's input as two equal rows (the first is kept): it then sums as a matrix
+    product does; several rows are left as they are."""
+    return torch.cat([flat, flat]) if flat.shape[0] == 1 else flat
 
 
 def _additive_mask(mask: torch.Tensor | None, q_len: int, kv_len: int, dtype: torch.dtype) -> torch.Tensor:
@@ -175,6 +175,20 @@ class RowsReport:
     reason: str
 
 
+def pack_linear_layers(model: torch.nn.Module) -> int:
+    """Replace every ``nn.Linear`` of ``model`` by a `RowInvariantLinear` (in place), except inside an
+    fp32 head (`Fp32Logits` sets its own products; its ``inner`` is not run); returns how many."""
+    replaced = 0
+    for module in list(model.modules()):
+        if isinstance(module, Fp32Logits):
+            continue
+        for name, child in list(module.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(module, name, RowInvariantLinear(child))
+                replaced += 1
+    return replaced
+
+
 def use_row_invariance(model: torch.nn.Module) -> RowsReport:
     """Make ``model``'s forward row-invariant (module docstring), in place; a no-op in fp32."""
     parameter = next(model.parameters())
@@ -183,14 +197,7 @@ def use_row_invariance(model: torch.nn.Module) -> RowsReport:
     if parameter.device.type != "cpu":
         return RowsReport(False, f"measured for the CPU's kernels only, not {parameter.device.type}")
     _register()
-    linears = 0
-    for module in list(model.modules()):
-        if isinstance(module, Fp32Logits):  # its own products are set below; ``inner`` is not run
-            continue
-        for name, child in list(module.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(module, name, RowInvariantLinear(child))
-                linears += 1
+    linears = pack_linear_layers(model)
     head = model.get_output_embeddings()
     if isinstance(head, Fp32Logits):
         head.screen_product = RowInvariantProduct(head.weight)

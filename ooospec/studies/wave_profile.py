@@ -324,15 +324,12 @@ def packed_model(model: torch.nn.Module) -> torch.nn.Module:
     packed already (`ooospec.models.packed_linear`): the model itself."""
     import copy
 
-    from ooospec.models.row_invariant import RowInvariantLinear
+    from ooospec.models.row_invariant import pack_linear_layers
 
     if next(model.parameters()).dtype == torch.float32:
         return model
     packed = copy.deepcopy(model)
-    for module in list(packed.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(module, name, RowInvariantLinear(child))
+    pack_linear_layers(packed)
     return packed
 
 
