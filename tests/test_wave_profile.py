@@ -60,6 +60,7 @@ def test_levers_rotate_and_are_summarized_against_the_control():
         for lever, wave_s in zip(LEVERS, (4.0, 2.0, 1.6, 2.0, 1.5, 1.5, 1.0)):
             changed = lever != CONTROL and rid == "b" and "int8" in lever
             lines.append({**base, "request_id": rid, "lever": lever, "wave_s": wave_s, "first_s": wave_s,
+                          "prefix_s": 0.5 if rid == "a" else 1.0,
                           "payload": "z" if changed else payload, "whole_call": not changed,
                           "followed": not changed and "chosen" not in lever})
     summary = {s.lever: s for s in summarize(lines)}
@@ -68,6 +69,8 @@ def test_levers_rotate_and_are_summarized_against_the_control():
     assert (summary["+ int8"].same_payload, summary["+ int8"].whole_call) == (1, 1)
     assert summary["gathered head"].same_payload == 2 and summary["gathered head"].n == 2
     assert (summary["+ chosen wave"].speedup, summary["+ chosen wave"].followed) == (2.5, 0)
+    # the prefix-only bound: the control's 4.0 s over a prefix forward of 0.5 s and of 1.0 s
+    assert {s.prefix_bound for s in summary.values()} == {6.0}
 
 
 def test_operators_are_sorted_into_kinds():

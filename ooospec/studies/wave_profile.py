@@ -356,6 +356,7 @@ class LeverSummary:
     same_payload: int
     whole_call: int
     followed: int
+    prefix_bound: float  # the control's wave over this lever's prefix forward alone, median over requests
 
 
 def summarize(lines: list[dict[str, Any]]) -> list[LeverSummary]:
@@ -372,8 +373,17 @@ def summarize(lines: list[dict[str, Any]]) -> list[LeverSummary]:
                                     round(statistics.median(line["first_s"] for line in mine), 3),
                                     round(statistics.median(chosen), 3) if chosen else None,
                                     sum(line["payload"] == control[line["request_id"]]["payload"] for line in mine),
-                                    sum(line["whole_call"] for line in mine), sum(line["followed"] for line in mine)))
+                                    sum(line["whole_call"] for line in mine), sum(line["followed"] for line in mine),
+                                    prefix_bound(mine, control)))
     return out
+
+
+def prefix_bound(mine: list[dict[str, Any]], control: dict[str, dict[str, Any]]) -> float:
+    """The most a lever could gain over the control if its rows and steps cost nothing: per request,
+    the control's wave over the lever's prefix forward alone (the prefix must be read before any
+    row is asked), the median over requests. A lever whose bound is below an aim cannot reach the
+    aim by cheaper rows or fewer steps, only by a cheaper prefix forward."""
+    return round(statistics.median(control[line["request_id"]]["wave_s"] / line["prefix_s"] for line in mine), 2)
 
 
 def phase_table(lines: list[dict[str, Any]], lever: str) -> "pd.DataFrame":
@@ -465,7 +475,7 @@ def committed_tables() -> list[tuple[str, "pd.DataFrame", "pd.DataFrame"]]:
     for info, lines in committed_studies():
         levers = pd.DataFrame([asdict(s) for s in summarize(lines)]).rename(columns={
             "source": "requests", "median_wave_s": "wave s", "speedup": "x control", "median_first_s": "first s",
-            "same_payload": "= control", "whole_call": "whole", "followed": "followed"})
+            "same_payload": "= control", "whole_call": "whole", "followed": "followed", "prefix_bound": "bound x"})
         levers = levers.drop(columns=["median_chosen_s"])
         # each request set named once, on its first row (a grouped index reads as labelling the last)
         levers["requests"] = levers["requests"].where(~levers["requests"].duplicated(), "")
