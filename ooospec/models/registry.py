@@ -21,6 +21,7 @@ SOURCE_KINDS = ("hub", "local", "pypi_gguf")
 DTYPES = ("float32", "bfloat16", "float16")
 LOGITS = ("float32",)  # what a profile may ask of a decoding model's logits (see ooospec.models.fp32_logits)
 ROWS = ("invariant", "plain")  # how a decoding model's forward treats its rows (see ooospec.models.row_invariant)
+FORWARDS = ("transformers", "lean")  # which forward decodes (see ooospec.models.lean_decoder)
 COMPILE_MODES = ("inductor",)  # torch.compile backends a profile may ask for (see ooospec.decoding.compiled)
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:[0-9]+)?")
 ADAPTER_KINDS = ("tool_lora",)
@@ -66,6 +67,8 @@ class ModelSpec:
     ``rows`` (None / ``plain`` or ``invariant``): where such a model runs eager in bf16 on the CPU, each
     row of a forward comes out as if it ran alone (`ooospec.models.row_invariant`); not with ``compile``
     (the compiled kernels are the compiler's).
+    ``forward`` (None / ``transformers`` or ``lean``): which forward runs a decoding model's decode and
+    verify forwards; ``lean`` is `ooospec.models.lean_decoder` (the prefill stays transformers').
     """
 
     name: str
@@ -75,6 +78,7 @@ class ModelSpec:
     compile: str | None = None
     logits: str | None = None
     rows: str | None = None
+    forward: str | None = None
 
 
 @dataclass(frozen=True)
@@ -258,7 +262,7 @@ class _Validator:
 
     def model_spec(self, name: str, raw: Any) -> ModelSpec:
         where = f"models.{name}"
-        raw = self.mapping(raw, where, ("source",), ("dtype", "device", "compile", "logits", "rows"))
+        raw = self.mapping(raw, where, ("source",), ("dtype", "device", "compile", "logits", "rows", "forward"))
         dtype = self.choice(raw.get("dtype", "float32"), f"{where}.dtype", DTYPES)
         device = raw.get("device", "cpu")
         if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
@@ -275,8 +279,14 @@ class _Validator:
             if rows == "invariant" and compile_mode is not None:
                 raise self.fail(f"{where}.rows", "rows: invariant needs the eager kernels; a compiled model "
                                 "(compile: inductor) sums as its compiler chose: say rows: plain")
+        forward = raw.get("forward")
+        if forward is not None:
+            forward = self.choice(forward, f"{where}.forward", FORWARDS)
+            if forward == "lean" and compile_mode is not None:
+                raise self.fail(f"{where}.forward", "forward: lean runs its own kernels; a compiled model "
+                                "(compile: inductor) runs the compiler's: say one of them")
         return ModelSpec(name, self.source(raw["source"], f"{where}.source"), dtype, device, compile_mode, logits,
-                         rows)
+                         rows, forward)
 
     def source(self, raw: Any, where: str) -> ModelSource:
         common = ("upstream", "license")

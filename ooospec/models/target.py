@@ -13,6 +13,7 @@ from typing import Any
 from ooospec.data.request import Request
 from ooospec.models.formats import get_surface
 from ooospec.models.fp32_logits import use_fp32_logits
+from ooospec.models.lean_decoder import use_lean_decoder
 from ooospec.models.row_invariant import use_row_invariance
 from ooospec.models.loading import load_model
 from ooospec.models.prompts import prompt_ids, prompt_text
@@ -111,6 +112,8 @@ def load_role(name: str, profile: str | Profile = "cpu") -> TargetModel:
         use_fp32_logits(model, where=f"{prof.path}: models.{role.model}")
     if prof.model(role.model).rows == "invariant":
         use_row_invariance(model)  # after the fp32 head, whose products it sets too
+    if prof.model(role.model).forward == "lean":
+        use_lean_decoder(model, where=f"{prof.path}: models.{role.model}")  # last: its head screens with its product
     return _role_target(name, prof, role, model, tokenizer)
 
 
