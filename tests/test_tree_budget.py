@@ -19,13 +19,26 @@ torch.set_num_threads(1)
 def test_the_rule_picks_the_least_cost_per_committed_token():
     mat = {4: 2.0, 8: 2.6, 16: 3.0, 32: 3.2}
     # a CPU where a wide forward is nearly free (bf16 kernels): the large tree wins
-    assert choose_budget(mat, {4: 1.05, 8: 1.1, 16: 1.3, 32: 1.35}) == 32
+    assert choose_budget(mat, {4: 1.05, 8: 1.25, 16: 1.3, 32: 1.2}) == 32
     # a CPU where rows cost (fp32 on AVX2): a small tree wins
     assert choose_budget(mat, {4: 1.6, 8: 2.4, 16: 3.9, 32: 6.0}) == 4
     # a tie keeps the smaller tree; budgets without both inputs are not candidates
     assert choose_budget({4: 2.0, 8: 4.0}, {4: 1.0, 8: 2.0, 16: 0.1}) == 4
     with pytest.raises(ValueError, match="no budget"):
         choose_budget({4: 2.0}, {8: 1.0})
+
+
+def test_budgets_that_cost_nearly_the_same_do_not_swap_with_noise():
+    """Two budgets 1% apart per token, their costs measured again with 2% of noise either way: the
+    least-cost rule alone picks 8 or 4 by the noise; the rule keeps 4. A clear saving still wins."""
+    mat = {4: 2.10, 8: 2.62}
+    picks = set()
+    for noise4, noise8 in [(1.0, 1.0), (1.02, 0.98), (0.98, 1.02)]:
+        cost = {4: 1.05 * noise4, 8: 1.30 * noise8}
+        assert choose_budget(mat, cost) == 4
+        picks.add(choose_budget(mat, cost, tolerance=0.0))
+    assert picks == {4, 8}  # without the tolerance, the noise decides
+    assert choose_budget(mat, {4: 1.05, 8: 1.15}) == 8  # 0.439 against 0.5 a token: 12% cheaper
 
 
 def test_the_committed_acceptance_covers_both_targets_on_dev():

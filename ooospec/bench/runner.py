@@ -57,6 +57,7 @@ from ooospec.decoding.tree import TreeBudget
 from ooospec.decoding.verifier import TreeVerifier
 from ooospec.models.arithmetic import model_near_tie_gap, running_arithmetic
 from ooospec.models.context import fit_budget, model_context
+from ooospec.models.lean_decoder import check_against_transformers, lean_decoder_of
 from ooospec.progress import progress_bar
 from ooospec.stage import Stage, read_jsonl
 
@@ -76,7 +77,12 @@ class SliceRunner:
     def choose_budget(self, requests: list[Request]) -> BudgetChoice:
         """This run's tree budget for the target (`ooospec.bench.tree_budget`), measured on the first
         of ``requests`` the target can be prompted with."""
-        prompt = next((ids for ids in map(self._prompt_or_none, requests) if ids), None)
+        usable = [(r, ids) for r, ids in ((r, self._prompt_or_none(r)) for r in requests) if ids]
+        prompt = usable[0][1] if usable else None
+        if usable and lean_decoder_of(self.target.model) is not None:  # refused if it is not transformers' forward
+            state, _ = self.verifier.prefill(prompt)
+            check_against_transformers(self.target.model, state.cache, [state.root],
+                                       f"{self.target.name}/{usable[0][0].id}")
         if self.cfg.tree_budget == "machine" and prompt is not None:
             self.budget_choice = machine_budget(self.verifier, prompt, self.target.name)
         else:

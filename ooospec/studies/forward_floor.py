@@ -5,7 +5,10 @@ machine's read bandwidth, measured here on one thread. Beside it, for transforme
 ``cpu`` profile serves it and for the lean decoder (`ooospec.models.lean_decoder`) over the same loaded
 model: the one-row step and the k-row verify forwards in steps (random trees, the verifier's own
 forward, rolled back: `ooospec.bench.verify_cost`), and the prefill per token. Both forwards read the
-same cache, so the two rows of a target differ only in the forward.
+same cache, so the two rows of a target differ only in the forward. A third row is what a reader's own
+runtime does with the model as shipped: llama.cpp (llama-cpp-python, built by `make setup`) on the
+package's GGUF (Qwen's Q4_K_M, SmolLM2's Q4_1: fewer bytes than bf16, so its floor is lower), the same
+prompt, a one-token step and k-token forwards with every row's logits (what a verifier reads).
 
     python -m ooospec.studies.forward_floor [--targets ...] [--sizes 0 4 8 16 32] [--json PATH]
 """
@@ -19,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from ooospec.bench.verify_cost import verify_cost_curve
@@ -64,9 +68,70 @@ def step_bytes(model: Any) -> int:
     return total + model.get_output_embeddings().weight.numel() * model.get_output_embeddings().weight.element_size()
 
 
+def shipped_gguf(name: str, profile: str = "cpu") -> Path:
+    """The target's package-shipped GGUF as one file (a split one is joined once, beside the models)."""
+    import shutil
+
+    from ooospec.models.loading import models_dir, package_gguf_files
+    from ooospec.models.registry import resolve_profile
+
+    prof = resolve_profile(profile)
+    spec = prof.model(prof.target(name).model)
+    parts = package_gguf_files(spec)
+    if len(parts) == 1:
+        return parts[0]
+    joined = models_dir() / f"{spec.name}.shipped.gguf"
+    if not joined.exists() or joined.stat().st_size != sum(p.stat().st_size for p in parts):
+        partial = joined.with_suffix(".partial")
+        with open(partial, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as handle:
+                    shutil.copyfileobj(handle, out, 1 << 24)
+        partial.rename(joined)
+    return joined
+
+
+def gguf_file_type(path: Path) -> str:
+    """The GGUF's weight type as llama.cpp names it (``Q4_K_M``), from its ``general.file_type``."""
+    from gguf import GGUFReader, LlamaFileType
+
+    field = GGUFReader(path).fields.get("general.file_type")
+    if field is None:
+        return "type unrecorded"
+    return LlamaFileType(int(field.parts[field.data[0]][0])).name.removeprefix("MOSTLY_")
+
+
+def llama_cpp_row(name: str, prompt_ids: list[int], bandwidth: float, sizes: tuple[int, ...], repeats: int,
+                  threads: int, profile: str = "cpu") -> FloorRow:
+    """llama.cpp on the shipped GGUF: prefill, one-token step and k-token forwards (all rows' logits),
+    each rolled back to the prompt; the minimum over ``repeats``. Its floor: the GGUF's bytes."""
+    from llama_cpp import Llama
+
+    path = shipped_gguf(name, profile)
+    model = Llama(str(path), n_ctx=len(prompt_ids) + max(sizes) + 8, n_batch=max(512, max(sizes) + 1),
+                  n_threads=threads, n_threads_batch=threads, logits_all=True, verbose=False)
+    start = time.perf_counter()
+    model.eval(prompt_ids)
+    prefill = (time.perf_counter() - start) / len(prompt_ids)
+    timed = {}
+    for nodes in (0, *[s for s in sizes if s]):
+        best = float("inf")
+        for _ in range(repeats):
+            model.n_tokens = len(prompt_ids)
+            start = time.perf_counter()
+            model.eval(prompt_ids[-1:] * (nodes + 1))
+            best = min(best, time.perf_counter() - start)
+        timed[nodes] = best
+    step = timed[0]
+    floor_ms = path.stat().st_size / bandwidth * 1e3
+    return FloorRow(name, f"llama.cpp ({gguf_file_type(path)})", step * 1e3, floor_ms, step * 1e3 / floor_ms,
+                    {n: round(t / step, 2) for n, t in timed.items() if n}, prefill * 1e3, len(prompt_ids))
+
+
 def measure(name: str, bandwidth: float, sizes: tuple[int, ...] = SIZES, repeats: int = 5,
-            profile: str = "cpu") -> list[FloorRow]:
-    """Both forwards of one target over the first API-Bank test request (one loaded model)."""
+            profile: str = "cpu", llama_cpp: bool = True) -> list[FloorRow]:
+    """Both forwards of one target over the first API-Bank test request (one loaded model), and
+    llama.cpp on the shipped GGUF over the same prompt."""
     from ooospec.models.target import load_target
 
     target = load_target(name, profile)
@@ -89,7 +154,22 @@ def measure(name: str, bandwidth: float, sizes: tuple[int, ...] = SIZES, repeats
         step = next(p.min_s for p in points if p.nodes == 0)
         rows.append(FloorRow(name, forward, step * 1e3, floor_ms, step * 1e3 / floor_ms,
                              {p.nodes: round(p.min_ratio, 2) for p in points if p.nodes}, prefill * 1e3, len(ids)))
+    if llama_cpp:
+        rows.append(llama_cpp_row(name, ids, bandwidth, tuple(sizes), repeats, torch.get_num_threads(), profile))
     return rows
+
+
+def floor_study(targets: list[str], profile: str = "cpu", sizes: tuple[int, ...] = SIZES, repeats: int = 5,
+                threads: int = 1, llama_cpp: bool = True) -> tuple[float, pd.DataFrame]:
+    """The read bandwidth (bytes a second) and the floor table, one row per target and forward."""
+    with torch_threads(threads):
+        bandwidth = read_bandwidth()
+        rows = [row for name in targets for row in measure(name, bandwidth, sizes, repeats, profile, llama_cpp)]
+    frame = pd.DataFrame([{"target": r.target, "forward": r.forward, "step ms": r.step_ms, "floor ms": r.floor_ms,
+                           "step / floor": r.step_over_floor,
+                           **{f"{k} nodes (steps)": v for k, v in r.k_rows_in_steps.items()},
+                           "prefill ms / token": r.prefill_ms_per_token} for r in rows])
+    return bandwidth, frame.set_index(["target", "forward"])
 
 
 def table(rows: list[FloorRow]) -> str:
