@@ -16,6 +16,7 @@ from ooospec.data import load_split
 from ooospec.bench.runner import StudySettings, decode_requests
 from ooospec.bench.sampling import sample_requests
 from ooospec.decoding.tree import TreeBudget
+from ooospec.models.lean_decoder import lean_decoder_of
 from ooospec.models.row_invariant import uses_row_invariance
 
 pytestmark = pytest.mark.slow
@@ -37,6 +38,19 @@ def _slice(target, total):
         pool.sort(key=lambda r: (len(target.prompt_ids(r)), r.id))
         chosen += pool[: total // len(BENCHMARKS) + (i < total % len(BENCHMARKS))]
     return chosen
+
+
+def _greedy_on_lean(target, prompt: torch.Tensor) -> list[int]:
+    """Greedy decoding one token at a time: transformers' prefill, then the lean decoder's steps."""
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache(config=target.model.config)
+    token = int(target.model(input_ids=prompt, cache=cache, use_cache=True).logits[0, -1].argmax())
+    out, lean = [token], lean_decoder_of(target.model)
+    while len(out) < MAX_NEW_TOKENS and token not in target.eos_token_ids:
+        token = int(lean(torch.tensor([[token]]), cache=cache).logits[0, -1].argmax())
+        out.append(token)
+    return out
 
 
 @pytest.mark.parametrize("name, total", TARGETS, ids=[t[0] for t in TARGETS])
@@ -61,15 +75,20 @@ def test_every_method_reproduces_ar(name, total):
     assert not [r for r in mismatches if not r["near_tie"]]
     if uses_row_invariance(target.model):  # every row as if alone: not even a near-tie may differ
         assert not mismatches
-    # AR itself is greedy decoding: cross-check one request against transformers' generate
+    # AR itself is greedy decoding: cross-check one request against transformers' generate (with the
+    # lean decoder, against a plain greedy loop over it; its logits are checked against transformers'
+    # in tests/test_lean_decoder.py)
     first = requests[0]
     prompt = torch.tensor([target.prompt_ids(first)])
     with torch.no_grad():
-        generated = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                                          max_new_tokens=MAX_NEW_TOKENS, eos_token_id=target.eos_token_ids,
-                                          pad_token_id=target.eos_token_ids[0])
+        if lean_decoder_of(target.model) is None:
+            generated = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                                              max_new_tokens=MAX_NEW_TOKENS, eos_token_id=target.eos_token_ids,
+                                              pad_token_id=target.eos_token_ids[0])[0, prompt.shape[1]:].tolist()
+        else:
+            generated = _greedy_on_lean(target, prompt)
     ar_first = next(r for r in records if r["method"] == "ar" and r["request_id"] == first.id)
-    assert generated[0, prompt.shape[1]:].tolist() == ar_first["output_ids"]
+    assert generated == ar_first["output_ids"]
     # the speculative path was really exercised: drafts were accepted
     toolspec = [r for r in checked if r["method"] == "toolspec"]
     assert sum(r["source_counts"]["fsm"] + r["source_counts"]["retrieval"] for r in toolspec) > 0

@@ -67,7 +67,7 @@ def test_a_wrong_weight_layout_cannot_pass(arch):
     broken = copy.copy(lean)
     broken.layers = [copy.copy(layer) for layer in lean.layers]
     mlp = model.model.layers[0].mlp
-    broken.layers[0].gate_up = Product.of(mlp.up_proj, mlp.gate_proj)
+    broken.layers[0].gate_up = Product(mlp.up_proj, mlp.gate_proj)
     rows = torch.tensor([[state.root, 5, 17]])
     positions = torch.arange(state.cache_len, state.cache_len + 3).view(1, -1)
     good = lean(rows, cache=copy.deepcopy(state.cache), position_ids=positions).logits[0].float()
@@ -135,9 +135,10 @@ def test_records_name_the_lean_decoder():
 
     model = _model("llama", DTYPES[-1])
     assert "lean decoder" in running_arithmetic(model).kernels
-    spec = load_profile("cpu-lean").model("qwen2.5-coder-0.5b-instruct")
+    spec = load_profile("cpu").model("qwen2.5-coder-0.5b-instruct")
     assert spec.forward == "lean" and "lean decoder" in arithmetic_of(spec).kernels
-    assert load_profile("cpu").model("qwen2.5-coder-0.5b-instruct").forward is None
+    assert load_profile("cpu-transformers").model("qwen2.5-coder-0.5b-instruct").forward == "transformers"
+    assert load_profile("cpu-compiled").model("qwen2.5-coder-0.5b-instruct").forward == "transformers"
 
 
 def test_a_disagreeing_forward_is_refused_naming_request_and_position():
@@ -148,7 +149,7 @@ def test_a_disagreeing_forward_is_refused_naming_request_and_position():
     assert check_against_transformers(model, state.cache, [state.root, 4, 9], "tiny/r1") < 0.05
     lean = lean_decoder_of(model)
     mlp = model.model.layers[1].mlp
-    lean.layers[1].gate_up = Product.of(mlp.up_proj, mlp.gate_proj)  # a wrong layout
+    lean.layers[1].gate_up = Product(mlp.up_proj, mlp.gate_proj)  # a wrong layout
     with pytest.raises(LeanMismatch, match=r"^tiny/r1: position 37: "):
         check_against_transformers(model, state.cache, [state.root, 4, 9], "tiny/r1")
 
@@ -159,7 +160,7 @@ REAL = [("qwen2.5-coder-0.5b", "apibank"), ("smollm2-135m-tool", "bfcl")]
 @pytest.mark.slow
 @pytest.mark.parametrize("name, benchmark", REAL, ids=[r[0] for r in REAL])
 def test_real_targets_agree_and_decode_losslessly(name, benchmark):
-    """On the cpu-lean profile: the lean forward agrees with transformers' on real requests' first
+    """On the cpu profile: the lean forward agrees with transformers' on real requests' first
     decode steps, and PLD and ToolSpec reproduce AR on it bit for bit (row invariance leaves no
     near-tie to excuse)."""
     from ooospec.bench.runner import StudySettings, decode_requests
@@ -169,7 +170,7 @@ def test_real_targets_agree_and_decode_losslessly(name, benchmark):
     from ooospec.models.target import load_target
 
     try:
-        target = load_target(name, "cpu-lean")
+        target = load_target(name, "cpu")
     except FileNotFoundError as err:
         pytest.skip(f"{name}: {err}")
     requests = sample_requests(load_split(f"eval_{benchmark}"), 3, 4, benchmark)
@@ -182,3 +183,15 @@ def test_real_targets_agree_and_decode_losslessly(name, benchmark):
     checked = [r for r in records if r["method"] != "ar"]
     assert len(checked) == 2 * len(requests)
     assert all(r["identical_to_ar"] for r in checked)
+
+
+def test_a_copied_and_cast_model_decodes_in_its_new_dtype():
+    """A study copies a target and casts it (`ooospec.studies.logit_ties`): the copy's lean decoder
+    packs its products again in the new dtype and reads the cast norms, and still agrees."""
+    from ooospec.models.lean_decoder import check_against_transformers
+
+    model = _model("qwen2", DTYPES[-1])
+    copied = copy.deepcopy(model).to(torch.float32)
+    verifier, state = _prefilled(copied)
+    assert lean_decoder_of(copied).model is copied
+    assert check_against_transformers(copied, state.cache, [state.root, 7], "tiny/cast") < 1e-4

@@ -39,40 +39,42 @@ ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 LEAN_KERNELS = "lean decoder (streamed products)"
 
 
-@dataclass
 class Product:
-    """``x @ weight.T + bias`` on a copy of ``weight`` packed once into the kernel's tiles."""
+    """``x @ weight.T + bias`` for one or several linears over the same input (their outputs
+    concatenated: fused QKV, gate/up), on a copy of their weights packed once into the kernel's tiles.
+    A model cast to another dtype after packing (a study's ``.to``) is packed again at its next call."""
 
-    packed: torch.Tensor
-    out_features: int
-    bias: torch.Tensor | None = None
+    def __init__(self, *linears: Any):
+        self.linears = linears
+        self.out_features = sum(lin.weight.shape[0] for lin in linears)
+        self.pack()
 
-    @classmethod
-    def of(cls, *linears: Any) -> "Product":
-        """One product for several linears over the same input (their outputs concatenated)."""
+    def pack(self) -> None:
         from ooospec.models.lean_kernels import lean_kernels
 
-        weight = torch.cat([lin.weight.detach() for lin in linears])
-        biases = [getattr(lin, "bias", None) for lin in linears]
-        bias = None if all(b is None for b in biases) else torch.cat(
+        weight = torch.cat([lin.weight.detach() for lin in self.linears])
+        biases = [getattr(lin, "bias", None) for lin in self.linears]
+        self.bias = None if all(b is None for b in biases) else torch.cat(
             [b.detach() if b is not None else torch.zeros(lin.weight.shape[0], dtype=weight.dtype)
-             for b, lin in zip(biases, linears)])
-        return cls(lean_kernels().pack(weight), weight.shape[0], bias)
+             for b, lin in zip(biases, self.linears)])
+        self.packed = lean_kernels().pack(weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         from ooospec.models.lean_kernels import lean_kernels
 
+        if self.packed.dtype != self.linears[0].weight.dtype:
+            self.pack()
         return lean_kernels().linear(x, self.packed, self.out_features, self.bias)
 
 
 @dataclass
 class LeanLayer:
-    """One decoder layer's weights as the kernels read them."""
+    """One decoder layer: its norms (read at each call, so a cast model's are current) and products."""
 
-    input_norm: torch.Tensor
+    input_norm: torch.nn.Module
     qkv: Product
     out: Product
-    post_norm: torch.Tensor
+    post_norm: torch.nn.Module
     gate_up: Product
     down: Product
 
@@ -88,22 +90,19 @@ class LeanDecoder:
         self.eps = float(config.rms_norm_eps)
         self.scale = self.head_dim ** -0.5
         self.q_width, self.kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        body = model.model
         self.layers = [LeanLayer(
-            input_norm=layer.input_layernorm.weight.detach(),
-            qkv=Product.of(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
-            out=Product.of(layer.self_attn.o_proj),
-            post_norm=layer.post_attention_layernorm.weight.detach(),
-            gate_up=Product.of(layer.mlp.gate_proj, layer.mlp.up_proj),
-            down=Product.of(layer.mlp.down_proj),
-        ) for layer in body.layers]
-        self.embed = body.embed_tokens.weight.detach()
+            input_norm=layer.input_layernorm,
+            qkv=Product(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+            out=Product(layer.self_attn.o_proj),
+            post_norm=layer.post_attention_layernorm,
+            gate_up=Product(layer.mlp.gate_proj, layer.mlp.up_proj),
+            down=Product(layer.mlp.down_proj),
+        ) for layer in model.model.layers]
         head = model.get_output_embeddings()
-        self.head_product = Product.of(head)
+        self.head_product = Product(head)
         self.fp32_logits = isinstance(head, Fp32Logits)
         if self.fp32_logits:  # the deciding logits screen with this forward's product
             head.screen_product = self.head_product
-        self.final_norm = body.norm.weight.detach()
 
     def __call__(self, input_ids: torch.Tensor, cache: DynamicCache | None = None,
                  attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
@@ -127,11 +126,11 @@ class LeanDecoder:
         if position_ids is None:
             position_ids = torch.arange(past, past + rows).view(1, rows)
         visible = self.visible(attention_mask, rows, past + rows)
-        x = F.embedding(ids, self.embed)
+        x = F.embedding(ids, self.model.model.embed_tokens.weight)
         cos, sin = self.model.model.rotary_emb(x, position_ids.view(1, rows))
         cos, sin = cos[0].contiguous(), sin[0].contiguous()
         for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(kernels.rms_norm(x, layer.input_norm, self.eps))
+            qkv = layer.qkv(kernels.rms_norm(x, layer.input_norm.weight, self.eps))
             q = qkv[:, :self.q_width].reshape(rows, self.heads, self.head_dim).contiguous()
             k = qkv[:, self.q_width:self.q_width + self.kv_width].reshape(rows, self.kv_heads, self.head_dim).contiguous()
             v = qkv[:, self.q_width + self.kv_width:].reshape(rows, self.kv_heads, self.head_dim)
@@ -140,12 +139,12 @@ class LeanDecoder:
             keys, values = cache.update(k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), index)
             attended = kernels.attention(q, _last_dim_dense(keys), _last_dim_dense(values), visible, self.scale)
             x = x + layer.out(attended.view(rows, self.q_width))
-            x = x + layer.down(kernels.silu_mul(layer.gate_up(kernels.rms_norm(x, layer.post_norm, self.eps))))
+            x = x + layer.down(kernels.silu_mul(layer.gate_up(kernels.rms_norm(x, layer.post_norm.weight, self.eps))))
         kept = x if not logits_to_keep else x[-logits_to_keep:]
         if self.fp32_logits:  # its fp32 norm and refinement reduce each row alone
             logits = self.model.lm_head(self.model.model.norm(kept))
         else:
-            logits = self.head_product(kernels.rms_norm(kept.contiguous(), self.final_norm, self.eps))
+            logits = self.head_product(kernels.rms_norm(kept.contiguous(), self.model.model.norm.weight, self.eps))
         return CausalLMOutputWithPast(logits=logits.unsqueeze(0), past_key_values=cache)
 
     @staticmethod
