@@ -315,7 +315,7 @@ def test_the_arithmetic_study_is_estimated_per_measurement_it_makes():
     their own head) and, where bf16 runs, fp32 at its own price."""
     from dataclasses import replace
 
-    from ooospec.reproduce.time_plan import FP32_BESIDE_BF16, LOAD_S, arithmetic_seconds
+    from ooospec.reproduce.time_plan import FP32_BESIDE_BF16, LOAD_S, arithmetic_seconds, dev_work, floor_table_seconds
     from ooospec.studies.forward_cost import study_measurements
 
     fp32_only = {"cpu-fp32": "float32", "cpu": "float32"}
@@ -325,8 +325,10 @@ def test_the_arithmetic_study_is_estimated_per_measurement_it_makes():
 
     arith = {"targets": ["qwen2.5-coder-0.5b"], "arithmetic_threads": [1], "arithmetic_repeats": 5}
     fast = replace(speed("qwen2.5-coder-0.5b", 0.1), dtype="bfloat16")
-    on_fp32 = arithmetic_seconds(arith, {fast.target: replace(fast, dtype="float32")}, works(), fp32_only)
-    on_bf16 = arithmetic_seconds(arith, {fast.target: fast}, works(), with_bf16)
+    floor = floor_table_seconds(arith, fast, dev_work(works()[fast.target]).prompt_tokens)  # the floor table: once
+    assert floor > LOAD_S
+    on_fp32 = arithmetic_seconds(arith, {fast.target: replace(fast, dtype="float32")}, works(), fp32_only) - floor
+    on_bf16 = arithmetic_seconds(arith, {fast.target: fast}, works(), with_bf16) - floor
     one = (on_fp32 - 2 * LOAD_S) / 4  # four measurements at the speeds' own price, two profiles loaded
     assert one > 5 * 10 * 0.1  # at least the repeats over the curve's rows, each a step or more
     assert on_bf16 - 2 * LOAD_S == pytest.approx(one * (4 + 2 * FP32_BESIDE_BF16))  # bf16: fp32 logits and own head

@@ -399,7 +399,16 @@ def arithmetic_seconds(arith: dict[str, Any], speeds: dict[str, Speed], works: d
                    + arith["arithmetic_repeats"] * ((speed.step_2t_s if both else speed.step_s)
                                                      + sum(speed.verify(r - 1, both) for r in STUDY_ROWS if r > 1)))
             seconds += sum(one * _dtype_factor(dtype, timed_in) for _, dtype in measurements)
+        seconds += floor_table_seconds(arith, speed, tokens)
     return seconds
+
+
+def floor_table_seconds(arith: dict[str, Any], speed: Speed, prompt_tokens: int) -> float:
+    """08's floor table for one target (`ooospec.studies.forward_floor`): a load, two forwards' prefill
+    and verify curves, and llama.cpp's (its prefill taken as 4x ours, its curve as two of ours)."""
+    sizes = [s for s in arith.get("floor_sizes", (0, 4, 8, 16, 32)) if s]
+    curve = speed.step_s + sum(speed.verify(s) for s in sizes)
+    return LOAD_S + 6 * prompt_tokens * speed.prefill_token_s + 4 * arith.get("floor_repeats", 5) * curve
 
 
 def _dtype_factor(dtype: str, timed_in: str) -> float:

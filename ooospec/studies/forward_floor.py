@@ -11,6 +11,10 @@ package's GGUF (Qwen's Q4_K_M, SmolLM2's Q4_1: fewer bytes than bf16, so its flo
 prompt, a one-token step and k-token forwards with every row's logits (what a verifier reads).
 
     python -m ooospec.studies.forward_floor [--targets ...] [--sizes 0 4 8 16 32] [--json PATH]
+    python -m ooospec.studies.forward_floor --against-records RECORDS
+
+The second form sets a bench run's decode phase beside llama.cpp's plain AR on the same requests and
+the same tokens (`llama_cpp_same_work`): the question a reader who already runs llama.cpp asks.
 """
 
 from __future__ import annotations
@@ -128,6 +132,59 @@ def llama_cpp_row(name: str, prompt_ids: list[int], bandwidth: float, sizes: tup
                     {n: round(t / step, 2) for n, t in timed.items() if n}, prefill * 1e3, len(prompt_ids))
 
 
+def llama_cpp_ar_decode(model: Any, prompt: list[int], output: list[int]) -> float:
+    """Seconds llama.cpp takes to decode ``output`` after ``prompt`` as AR does: the prompt prefilled
+    (not timed), then one single-token forward for every output token after the first (the first
+    comes from the prefill), fed the very tokens the bench's AR wrote, so the work is the same."""
+    model.reset()
+    model.eval(prompt)
+    start = time.perf_counter()
+    for token in output[:-1]:
+        model.eval([token])
+    return time.perf_counter() - start
+
+
+def llama_cpp_same_work(records: list[dict[str, Any]], methods: tuple[str, ...] = ("ar", "toolspec", "ooospec:static"),
+                        threads: int = 1, profile: str = "cpu") -> pd.DataFrame:
+    """Per target x benchmark: each method's decode time per output token over the requests where it
+    wrote AR's tokens, llama.cpp's plain AR on the shipped GGUF over the same requests and tokens, and
+    each method over llama.cpp as a ratio of summed times with its paired bootstrap 95% interval."""
+    from llama_cpp import Llama
+
+    from ooospec.bench.sampling import load_benchmark
+    from ooospec.models.target import load_role_frame
+    from ooospec.report.intervals import paired_speedup
+
+    rows = []
+    for target in sorted({r["target"] for r in records}):
+        frame = load_role_frame(target, profile)
+        path = shipped_gguf(target, profile)
+        longest = max(r["prompt_tokens"] + r["tokens"] for r in records if r["target"] == target)
+        model = Llama(str(path), n_ctx=longest + 16, n_batch=512, n_threads=threads, n_threads_batch=threads,
+                      verbose=False)
+        for benchmark in sorted({r["benchmark"] for r in records if r["target"] == target}):
+            cell = [r for r in records if r["target"] == target and r["benchmark"] == benchmark]
+            requests = {q.id: q for q in load_benchmark(benchmark)}
+            ar = {r["request_id"]: r for r in cell if r["method"] == "ar" and r["tokens"] > 1}
+            with torch_threads(threads):
+                llama = {rid: llama_cpp_ar_decode(model, frame.prompt_ids(requests[rid]), r["output_ids"])
+                         for rid, r in ar.items()}
+            for method in methods:
+                same = [r for r in cell if r["method"] == method and r["request_id"] in ar
+                        and r["output_ids"] == ar[r["request_id"]]["output_ids"]]
+                if not same:
+                    continue
+                tokens = sum(r["tokens"] - 1 for r in same)
+                ours = [r["decode_s"] for r in same]
+                theirs = [llama[r["request_id"]] for r in same]
+                ratio = paired_speedup(theirs, ours)
+                rows.append({"target": target, "benchmark": benchmark, "method": method, "n": len(same),
+                             "ms / token": 1e3 * sum(ours) / tokens,
+                             f"llama.cpp ({gguf_file_type(path)}) ms / token": 1e3 * sum(theirs) / tokens,
+                             "x llama.cpp [95%]": f"{ratio.point:.2f}x [{ratio.low:.2f}, {ratio.high:.2f}]"})
+    return pd.DataFrame(rows)
+
+
 def measure(name: str, bandwidth: float, sizes: tuple[int, ...] = SIZES, repeats: int = 5,
             profile: str = "cpu", llama_cpp: bool = True) -> list[FloorRow]:
     """Both forwards of one target over the first API-Bank test request (one loaded model), and
@@ -165,10 +222,12 @@ def floor_study(targets: list[str], profile: str = "cpu", sizes: tuple[int, ...]
     with torch_threads(threads):
         bandwidth = read_bandwidth()
         rows = [row for name in targets for row in measure(name, bandwidth, sizes, repeats, profile, llama_cpp)]
-    frame = pd.DataFrame([{"target": r.target, "forward": r.forward, "step ms": r.step_ms, "floor ms": r.floor_ms,
-                           "step / floor": r.step_over_floor,
-                           **{f"{k} nodes (steps)": v for k, v in r.k_rows_in_steps.items()},
-                           "prefill ms / token": r.prefill_ms_per_token} for r in rows])
+    sizes = [s for s in sizes if s]
+    frame = pd.DataFrame([{"target": r.target, "forward": r.forward, "step ms": round(r.step_ms, 1),
+                           "floor ms": round(r.floor_ms, 1), "x floor": round(r.step_over_floor, 2),
+                           f"steps at {' / '.join(map(str, sizes))} nodes":
+                               " / ".join(f"{r.k_rows_in_steps[k]:.2f}" for k in sizes),
+                           "prefill ms / token": round(r.prefill_ms_per_token, 2)} for r in rows])
     return bandwidth, frame.set_index(["target", "forward"])
 
 
@@ -191,7 +250,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the rows and the machine here")
+    parser.add_argument("--against-records", type=Path, metavar="RECORDS",
+                        help="a bench run (records .jsonl, bench stage or canonical directory): set its decode "
+                             "phase beside llama.cpp's AR on the same requests instead")
     args = parser.parse_args(argv)
+    if args.against_records:
+        from ooospec.report.headline import read_records
+
+        table = llama_cpp_same_work(read_records(args.against_records), threads=args.threads)
+        print(f"{cpu_model()} ({machine_kind()}), {args.threads} thread(s)\n")
+        print(table.round(2).to_string(index=False))
+        if args.json:
+            args.json.write_text(table.to_json(orient="records", indent=1))
+        return
     with torch_threads(args.threads):
         bandwidth = read_bandwidth()
         rows = [row for name in args.targets for row in measure(name, bandwidth, tuple(args.sizes), args.repeats)]
