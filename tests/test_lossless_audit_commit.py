@@ -70,3 +70,14 @@ def test_row_invariant_forwards_are_a_set_of_their_own(tmp_path, monkeypatch):
     summary, mismatches = audit.committed_audit(tmp_path)
     by_rows = summary.groupby("rows").identical.sum().to_dict()
     assert by_rows == {"invariant": 2, "plain": 0} and len(mismatches) == 1
+
+
+def test_a_lean_decoder_audit_is_a_set_of_its_own():
+    from ooospec.models.arithmetic import Arithmetic
+    from ooospec.models.lean_decoder import LEAN_KERNELS
+
+    lean = Arithmetic(dtype="bfloat16", requested="bfloat16", device="cpu", cpu="x", cpu_capability="AVX512",
+                      bf16_kernels=True, cores=2, torch="2.13.0", logits="float32",
+                      kernels=f"{LEAN_KERNELS}; prefill: {audit.ROW_INVARIANT_KERNELS}")
+    assert audit.rows_of(lean) == "lean"
+    assert audit.set_name("t", "bfloat16", "float32", audit.rows_of(lean)) == "t-bf16-fp32logits-lean.jsonl"

@@ -31,7 +31,8 @@ AUDIT_CODE = ("studies/lossless_audit.py", "bench/runner.py", "bench/records.py"
 
 
 AUDITED_METHODS = ("pld", "toolspec")
-DROPPED_FIELDS = ("output_ids", "rounds")  # what a committed set leaves out (its outputs are compared in the run)
+DROPPED_FIELDS = ("output_ids", "rounds")
+ROWS_SUFFIX = {"invariant": "-rowinvariant", "lean": "-lean"}  # a set's name per `rows_of`  # what a committed set leaves out (its outputs are compared in the run)
 
 
 def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int = 20, seed: int = 7,
@@ -67,7 +68,13 @@ def lossless_audit(target_name: str, *, profile: str = "cpu", per_benchmark: int
 
 
 def rows_of(arithmetic: Arithmetic) -> str:
-    """``invariant`` where the target's forwards were row-invariant (`ooospec.models.row_invariant`)."""
+    """``lean`` where the target decoded on the lean decoder (`ooospec.models.lean_decoder`, its rows
+    invariant by construction), ``invariant`` where on transformers' row-invariant forward
+    (`ooospec.models.row_invariant`), else ``plain``."""
+    from ooospec.models.lean_decoder import LEAN_KERNELS
+
+    if LEAN_KERNELS in (arithmetic.kernels or ""):
+        return "lean"
     return "invariant" if arithmetic.kernels == ROW_INVARIANT_KERNELS else "plain"
 
 
@@ -90,9 +97,9 @@ def committed_dir() -> Path:
 
 def set_name(target: str, dtype: str, logits: str | None, rows: str = "plain") -> str:
     """A committed set's file: target, arithmetic and, where they differ from it, the head's output
-    precision and row-invariant forwards."""
+    precision and the forward's rows (row-invariant, or the lean decoder)."""
     head = "" if logits in (None, dtype) else f"-{short_name(logits)}logits"
-    return f"{target}-{short_name(dtype)}{head}{'-rowinvariant' if rows == 'invariant' else ''}.jsonl"
+    return f"{target}-{short_name(dtype)}{head}{ROWS_SUFFIX.get(rows, '')}.jsonl"
 
 
 def commit_audit(target_names: tuple[str, ...], profile: str = "cpu", folder: Path | None = None) -> list[Path]:
