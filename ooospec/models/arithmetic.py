@@ -230,6 +230,7 @@ def running_arithmetic(model: Any, requested: str | None = None) -> Arithmetic:
     """The arithmetic of an already loaded model (its parameters' dtype and device) on this machine;
     ``requested`` is the profile's wish where the caller knows it."""
     from ooospec.models.fp32_logits import uses_fp32_logits
+    from ooospec.models.lean_decoder import lean_decoder_of
     from ooospec.models.packed_linear import PACKED_KERNELS, uses_packed_linears
     from ooospec.models.row_invariant import ROW_INVARIANT_KERNELS, uses_row_invariance
 
@@ -238,8 +239,6 @@ def running_arithmetic(model: Any, requested: str | None = None) -> Arithmetic:
     arithmetic = _on_this_machine(dtype, requested or dtype, str(parameter.device))
     if uses_fp32_logits(model):
         arithmetic = replace(arithmetic, logits="float32")
-    from ooospec.models.lean_decoder import lean_decoder_of
-
     if uses_row_invariance(model):
         arithmetic = replace(arithmetic, kernels=ROW_INVARIANT_KERNELS)
     elif uses_packed_linears(model):

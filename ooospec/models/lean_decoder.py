@@ -54,9 +54,9 @@ class Product:
 
         weight = torch.cat([lin.weight.detach() for lin in self.linears])
         biases = [getattr(lin, "bias", None) for lin in self.linears]
-        self.bias = None if all(b is None for b in biases) else torch.cat(
+        self.bias = None if all(b is None for b in biases) else torch.cat(  # fp32: the kernel adds it to fp32 sums
             [b.detach() if b is not None else torch.zeros(lin.weight.shape[0], dtype=weight.dtype)
-             for b, lin in zip(biases, self.linears)])
+             for b, lin in zip(biases, self.linears)]).float()
         self.packed = lean_kernels().pack(weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

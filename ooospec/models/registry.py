@@ -273,18 +273,15 @@ class _Validator:
         logits = raw.get("logits")
         if logits is not None:
             logits = self.choice(logits, f"{where}.logits", LOGITS)
-        rows = raw.get("rows")
-        if rows is not None:
-            rows = self.choice(rows, f"{where}.rows", ROWS)
-            if rows == "invariant" and compile_mode is not None:
-                raise self.fail(f"{where}.rows", "rows: invariant needs the eager kernels; a compiled model "
-                                "(compile: inductor) sums as its compiler chose: say rows: plain")
-        forward = raw.get("forward")
-        if forward is not None:
-            forward = self.choice(forward, f"{where}.forward", FORWARDS)
-            if forward == "lean" and compile_mode is not None:
-                raise self.fail(f"{where}.forward", "forward: lean runs its own kernels; a compiled model "
-                                "(compile: inductor) runs the compiler's: say one of them")
+        rows, forward = raw.get("rows"), raw.get("forward")
+        rows = None if rows is None else self.choice(rows, f"{where}.rows", ROWS)
+        forward = None if forward is None else self.choice(forward, f"{where}.forward", FORWARDS)
+        # an eager kernel choice and a compiler cannot both decide how a model sums
+        for key, value, eager, other in (("rows", rows, "invariant", "rows: plain"),
+                                         ("forward", forward, "lean", "forward: transformers")):
+            if value == eager and compile_mode is not None:
+                raise self.fail(f"{where}.{key}", f"{key}: {eager} needs the eager kernels; a compiled model "
+                                f"(compile: inductor) sums as its compiler chose: say {other}")
         return ModelSpec(name, self.source(raw["source"], f"{where}.source"), dtype, device, compile_mode, logits,
                          rows, forward)
 

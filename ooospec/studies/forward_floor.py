@@ -75,9 +75,7 @@ def step_bytes(model: Any) -> int:
 
 def shipped_gguf(name: str, profile: str = "cpu") -> Path:
     """The target's package-shipped GGUF as one file (a split one is joined once, beside the models)."""
-    import shutil
-
-    from ooospec.models.loading import models_dir, package_gguf_files
+    from ooospec.models.loading import join_files, models_dir, package_gguf_files
     from ooospec.models.registry import resolve_profile
 
     prof = resolve_profile(profile)
@@ -88,10 +86,7 @@ def shipped_gguf(name: str, profile: str = "cpu") -> Path:
     joined = models_dir() / f"{spec.name}.shipped.gguf"
     if not joined.exists() or joined.stat().st_size != sum(p.stat().st_size for p in parts):
         partial = joined.with_suffix(".partial")
-        with open(partial, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as handle:
-                    shutil.copyfileobj(handle, out, 1 << 24)
+        join_files(parts, partial)
         partial.rename(joined)
     return joined
 
